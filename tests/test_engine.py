@@ -269,7 +269,7 @@ def check_price_time_priority(fills: list[Fill], opposite_before: list[Resting],
 
 
 def check_queue_positions(book, oracle, before, seq_of, executed, cancelled_now) -> None:
-    """queue_ahead is the size of earlier orders at the price; it moves only by executions and cancels ahead."""
+    """queue_ahead = size of earlier orders at the price; it moves only by executions and cancels ahead."""
     for o in oracle.orders:
         earlier = sum(
             p.size for p in oracle.orders if p.side is o.side and p.price == o.price and p.seq < o.seq
@@ -278,7 +278,7 @@ def check_queue_positions(book, oracle, before, seq_of, executed, cancelled_now)
         assert qa == earlier
         if o.order_id not in before:
             continue
-        old_order, old_qa = before[o.order_id]
+        _, old_qa = before[o.order_id]
 
         def ahead(oid: int, o=o) -> bool:
             p = before.get(oid, (None,))[0]
