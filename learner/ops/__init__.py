@@ -1,0 +1,271 @@
+"""The learner's hot paths as ops: CUDA kernels where built, the pure-PyTorch reference everywhere else.
+
+Call these functions, never `torch.ops.foxhunt.*` directly: each validates its inputs (shapes, dtypes,
+devices, with an error naming the tensor and the fix) and then runs the `foxhunt::` custom op on CUDA
+tensors when the extension is loaded, or `learner.ops.reference` otherwise. `backend()` says which path is
+active and why.
+
+Backend choice: `FOXHUNT_OPS` = "auto" (default: build the extension on the first call with a CUDA
+tensor, fall back to the reference if that fails), "cuda" (build or raise) or "reference" (never build);
+`set_backend()` changes it at run time. The build is cached in `FOXHUNT_EXT_DIR` (default
+<repo>/build/foxhunt_ext), so only the first process on a machine pays for nvcc.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from learner.ops import library, reference
+
+__all__ = [
+    "backend",
+    "c51_project",
+    "dueling_bellman_target",
+    "dueling_forward",
+    "dueling_huber_loss",
+    "ensemble_q",
+    "gae",
+    "iqn_quantile_huber_loss",
+    "load_extension",
+    "set_backend",
+    "soft_update_",
+]
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+_MODES = ("auto", "cuda", "reference")
+
+
+class _State:
+    mode: str = os.environ.get("FOXHUNT_OPS", "auto")
+    loaded: bool = False
+    reason: str = "not decided yet: no op has run on a CUDA tensor"
+    lock = threading.Lock()
+
+
+if _State.mode not in _MODES:
+    raise ValueError(f"FOXHUNT_OPS={_State.mode!r} must be one of {_MODES}; unset it for 'auto'")
+
+
+def set_backend(mode: str) -> None:
+    """'auto', 'cuda' (load the extension now, raising if it cannot be built) or 'reference'."""
+    if mode not in _MODES:
+        raise ValueError(f"backend mode={mode!r} must be one of {_MODES}")
+    _State.mode = mode
+    if mode == "cuda":
+        load_extension()
+
+
+def backend() -> str:
+    """Which path the ops take on CUDA tensors, and why (CPU tensors always take the reference)."""
+    if _State.mode == "reference":
+        return "reference: forced by FOXHUNT_OPS/set_backend('reference')"
+    if _State.loaded:
+        return f"cuda: {_State.reason}"
+    if not torch.cuda.is_available():
+        return "reference: no CUDA device visible to torch"
+    return f"reference: {_State.reason}"
+
+
+def load_extension(verbose: bool = False) -> None:
+    """Build (once, cached) and load the CUDA kernels' torch binding; raises RuntimeError on failure."""
+    with _State.lock:
+        if _State.loaded:
+            return
+        if not torch.cuda.is_available():
+            raise RuntimeError("cannot load the foxhunt CUDA extension: torch sees no CUDA device")
+        from torch.utils import cpp_extension
+
+        kernels = sorted((REPO_ROOT / "cuda" / "kernels").glob("*.cu"))
+        bindings = sorted((REPO_ROOT / "cuda" / "binding").glob("*.cpp"))
+        build_dir = Path(os.environ.get("FOXHUNT_EXT_DIR", REPO_ROOT / "build" / "foxhunt_ext"))
+        build_dir.mkdir(parents=True, exist_ok=True)
+        major, minor = torch.cuda.get_device_capability()
+        # One architecture, the one present: building for torch's whole default list costs minutes.
+        os.environ.setdefault("TORCH_CUDA_ARCH_LIST", f"{major}.{minor}")
+        cpp_extension.load(
+            name="foxhunt_cuda_ext",
+            sources=[str(p) for p in bindings + kernels],
+            extra_include_paths=[str(REPO_ROOT / "cuda" / "kernels")],
+            extra_cflags=["-O3"],
+            extra_cuda_cflags=["-O3", "--use_fast_math=false", "-lineinfo"],
+            build_directory=str(build_dir),
+            is_python_module=False,
+            verbose=verbose,
+        )
+        _State.loaded = True
+        _State.reason = f"foxhunt_cuda_ext built for sm_{major}{minor} in {build_dir}"
+
+
+def _use_kernels(t: Tensor) -> bool:
+    if not t.is_cuda or _State.mode == "reference":
+        return False
+    if not _State.loaded:
+        try:
+            load_extension()
+        except Exception as exc:  # auto mode falls back; cuda mode must not
+            if _State.mode == "cuda":
+                raise
+            _State.mode = "reference"
+            _State.reason = f"building the CUDA extension failed ({type(exc).__name__}: {exc})"
+            return False
+    return True
+
+
+# ---- input checks: host-side metadata only, never a device sync ------------------------------------------
+
+
+def _check(name: str, t: Tensor, shape: tuple, like: Tensor | None = None, floating: bool = True) -> None:
+    if not isinstance(t, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dim() != len(shape) or any(
+        want is not None and got != want for got, want in zip(t.shape, shape, strict=True)
+    ):
+        want = "[" + ", ".join("?" if s is None else str(s) for s in shape) + "]"
+        raise ValueError(f"{name} has shape {list(t.shape)}, expected {want}")
+    if floating and t.dtype not in (torch.float32, torch.float64):
+        raise TypeError(f"{name} has dtype {t.dtype}; pass float32 (or float64)")
+    if like is not None:
+        if floating and t.dtype != like.dtype:
+            raise TypeError(f"{name} has dtype {t.dtype} but the other inputs are {like.dtype}; cast it")
+        if t.device != like.device:
+            raise ValueError(f"{name} is on {t.device} but the other inputs are on {like.device}; move it")
+
+
+def dueling_forward(
+    h: Tensor, w_v: Tensor, b_v: Tensor, w_a: Tensor, b_a: Tensor
+) -> tuple[Tensor, Tensor, Tensor]:
+    """(V[B], A[B,N], Q[B,N]) with Q = V + A − mean_a A; differentiable w.r.t. h and all four weights."""
+    _check("h", h, (None, None))
+    _rows, hidden = h.shape
+    _check("w_v", w_v, (hidden,), h)
+    _check("b_v", b_v, (1,), h)
+    _check("w_a", w_a, (hidden, None), h)
+    _check("b_a", b_a, (w_a.shape[1],), h)
+    if _use_kernels(h):
+        return torch.ops.foxhunt.dueling_forward(h, w_v, b_v, w_a, b_a)
+    return reference.dueling_forward(h, w_v, b_v, w_a, b_a)
+
+
+def dueling_bellman_target(
+    q_online_next: Tensor, q_target_next: Tensor, reward: Tensor, discount: Tensor
+) -> Tensor:
+    """y[B] = reward + discount·q_target_next[argmax_a q_online_next] (first max on ties); no gradient."""
+    _check("q_online_next", q_online_next, (None, None))
+    _check("q_target_next", q_target_next, tuple(q_online_next.shape), q_online_next)
+    _check("reward", reward, (q_online_next.shape[0],), q_online_next)
+    _check("discount", discount, (q_online_next.shape[0],), q_online_next)
+    if _use_kernels(q_online_next):
+        return torch.ops.foxhunt.dueling_bellman_target(q_online_next, q_target_next, reward, discount)
+    return reference.dueling_bellman_target(q_online_next, q_target_next, reward, discount)
+
+
+def _check_kappa(kappa: float) -> None:
+    if not kappa > 0:
+        raise ValueError(f"kappa={kappa!r} must be > 0 (the Huber threshold)")
+
+
+def dueling_huber_loss(q: Tensor, action: Tensor, y: Tensor, kappa: float = 1.0) -> Tensor:
+    """Scalar mean_b huber_κ(q[b, action_b] − y_b); differentiable w.r.t. q.
+
+    On the CUDA path an action outside [0, N) makes the loss NaN (a kernel cannot raise without a sync),
+    which the learner's non-finite guard turns into a skipped step.
+    """
+    _check("q", q, (None, None))
+    _check("action", action, (q.shape[0],), floating=False)
+    if action.dtype != torch.int64:
+        raise TypeError(f"action has dtype {action.dtype}; pass int64 (action.long())")
+    if action.device != q.device:
+        raise ValueError(f"action is on {action.device} but q is on {q.device}; move it")
+    _check("y", y, (q.shape[0],), q)
+    _check_kappa(kappa)
+    if _use_kernels(q):
+        return torch.ops.foxhunt.dueling_huber_loss(q, action, y, float(kappa))[0]
+    return reference.dueling_huber_loss(q, action, y, kappa)
+
+
+def c51_project(next_probs: Tensor, reward: Tensor, discount: Tensor, v_min: float, v_max: float) -> Tensor:
+    """target[B,Z]: r + discount·z projected onto linspace(v_min, v_max, Z), clamped; no gradient."""
+    _check("next_probs", next_probs, (None, None))
+    if next_probs.shape[1] < 2:
+        raise ValueError(f"next_probs has {next_probs.shape[1]} atoms; C51 needs Z >= 2")
+    _check("reward", reward, (next_probs.shape[0],), next_probs)
+    _check("discount", discount, (next_probs.shape[0],), next_probs)
+    if not v_min < v_max:
+        raise ValueError(f"v_min={v_min!r} must be < v_max={v_max!r}")
+    if _use_kernels(next_probs):
+        return torch.ops.foxhunt.c51_project(next_probs, reward, discount, float(v_min), float(v_max))
+    return reference.c51_project(next_probs, reward, discount, v_min, v_max)
+
+
+def iqn_quantile_huber_loss(theta: Tensor, tau: Tensor, target: Tensor, kappa: float = 1.0) -> Tensor:
+    """Scalar mean_b Σ_i mean_j |τ_i − 1{u_ij<0}|·huber_κ(u_ij)/κ, u_ij = target_j − θ_i; grad w.r.t. θ."""
+    _check("theta", theta, (None, None))
+    _check("tau", tau, tuple(theta.shape), theta)
+    _check("target", target, (theta.shape[0], None), theta)
+    _check_kappa(kappa)
+    if _use_kernels(theta):
+        return torch.ops.foxhunt.iqn_quantile_huber_loss(theta, tau, target, float(kappa))[0]
+    return reference.iqn_quantile_huber_loss(theta, tau, target, kappa)
+
+
+def ensemble_q(c51_logits: Tensor, support: Tensor, iqn_quantiles: Tensor, w: float) -> Tensor:
+    """q_ens[B,N] = w·Σ_z softmax_z(logits)·z + (1−w)·mean_T quantiles; grad w.r.t. logits and quantiles."""
+    _check("c51_logits", c51_logits, (None, None, None))
+    rows, n_actions, n_atoms = c51_logits.shape
+    _check("support", support, (n_atoms,), c51_logits)
+    _check("iqn_quantiles", iqn_quantiles, (rows, None, n_actions), c51_logits)
+    if not 0.0 <= w <= 1.0:
+        raise ValueError(f"ensemble weight w={w!r} must be in [0, 1]")
+    if _use_kernels(c51_logits):
+        return torch.ops.foxhunt.ensemble_q(c51_logits, support, iqn_quantiles, float(w))
+    return reference.ensemble_q(c51_logits, support, iqn_quantiles, w)
+
+
+def gae(
+    rewards: Tensor,
+    values: Tensor,
+    next_values: Tensor,
+    terminated: Tensor,
+    episode_end: Tensor,
+    gamma: float,
+    lam: float,
+) -> tuple[Tensor, Tensor]:
+    """(advantages[T,B], returns[T,B]); terminated cuts the bootstrap, episode_end cuts the trace."""
+    _check("values", values, (None, None))
+    _check("rewards", rewards, tuple(values.shape), values)
+    _check("next_values", next_values, tuple(values.shape), values)
+    for name, mask in (("terminated", terminated), ("episode_end", episode_end)):
+        _check(name, mask, tuple(values.shape), floating=False)
+        if mask.dtype != torch.bool:
+            raise TypeError(f"{name} has dtype {mask.dtype}; pass a bool mask")
+        if mask.device != values.device:
+            raise ValueError(f"{name} is on {mask.device} but values are on {values.device}; move it")
+    if not (0.0 <= gamma <= 1.0 and 0.0 <= lam <= 1.0):
+        raise ValueError(f"gamma={gamma!r} and lam={lam!r} must both be in [0, 1]")
+    if _use_kernels(values):
+        return torch.ops.foxhunt.gae(
+            rewards, values, next_values, terminated, episode_end, float(gamma), float(lam)
+        )
+    return reference.gae(rewards, values, next_values, terminated, episode_end, gamma, lam)
+
+
+def soft_update_(target_flat: Tensor, online_flat: Tensor, tau: float) -> None:
+    """In place, in one launch: target_flat ← (1−τ)·target_flat + τ·online_flat (both flat, contiguous)."""
+    _check("target_flat", target_flat, (None,))
+    _check("online_flat", online_flat, tuple(target_flat.shape), target_flat)
+    if not (target_flat.is_contiguous() and online_flat.is_contiguous()):
+        raise ValueError("target_flat and online_flat must be contiguous flat buffers")
+    if not 0.0 <= tau <= 1.0:
+        raise ValueError(f"tau={tau!r} must be in [0, 1]")
+    if _use_kernels(target_flat):
+        torch.ops.foxhunt.soft_update_(target_flat, online_flat, float(tau))
+    else:
+        reference.soft_update_(target_flat, online_flat, tau)
+
+
+REGISTERED_OPS = library.OP_NAMES  # importing library registers the foxhunt:: schemas

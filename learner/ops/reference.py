@@ -1,0 +1,182 @@
+"""Pure-PyTorch reference of every foxhunt op: the semantics the CUDA kernels must reproduce.
+
+Each function works on any device and in float32 or float64, is differentiable exactly where the op is
+(and nowhere else: non-differentiable inputs are detached so the reference and the custom op agree), and
+is what `learner.ops` runs when no CUDA extension is loaded. They are written to be read beside DESIGN.md,
+not to be fast; torch.compile of them is the baseline the kernels are measured against.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+def dueling_forward(
+    h: Tensor, w_v: Tensor, b_v: Tensor, w_a: Tensor, b_a: Tensor
+) -> tuple[Tensor, Tensor, Tensor]:
+    """V = h·w_v + b_v, A = h·W_a + b_a, Q = V + A − mean_a A (the identifiable dueling composition)."""
+    v = h @ w_v + b_v
+    a = h @ w_a + b_a
+    q = v.unsqueeze(1) + a - a.mean(dim=1, keepdim=True)
+    return v, a, q
+
+
+def dueling_bellman_target(
+    q_online_next: Tensor, q_target_next: Tensor, reward: Tensor, discount: Tensor
+) -> Tensor:
+    """Double-DQN target y = r + discount·Q_tgt(s', argmax_a Q_online(s', a)); first max wins ties.
+
+    `discount` is γⁿ(1−done) per row, so a terminal transition passes discount 0 and y = r.
+    """
+    a_star = torch.argmax(q_online_next.detach(), dim=1, keepdim=True)  # argmax returns the first max
+    q_at = q_target_next.detach().gather(1, a_star).squeeze(1)
+    return reward.detach() + discount.detach() * q_at
+
+
+def huber(u: Tensor, kappa: float) -> Tensor:
+    """Huber with threshold kappa: ½u² inside |u| ≤ κ, κ(|u| − ½κ) outside (slope ±κ)."""
+    abs_u = u.abs()
+    return torch.where(abs_u <= kappa, 0.5 * u * u, kappa * (abs_u - 0.5 * kappa))
+
+
+def dueling_huber_loss(q: Tensor, action: Tensor, y: Tensor, kappa: float = 1.0) -> Tensor:
+    """Mean over the batch of huber_κ(Q(s, a_b) − y_b); y is a target, so no gradient reaches it."""
+    q_taken = q.gather(1, action.long().unsqueeze(1)).squeeze(1)
+    return huber(q_taken - y.detach(), kappa).mean()
+
+
+def c51_project(next_probs: Tensor, reward: Tensor, discount: Tensor, v_min: float, v_max: float) -> Tensor:
+    """Categorical projection of r + discount·z onto the support linspace(v_min, v_max, Z).
+
+    Atom j's mass goes to its neighbours l = ⌊b⌋ and u = ⌈b⌉ of its position b = (Tz − v_min)/Δz in
+    proportion to closeness; when b lands on an atom (l == u) it all goes there (the classic
+    `m_l += p(u − b)` alone would drop it). Tz is clamped to [v_min, v_max] first.
+    """
+    p = next_probs.detach()
+    n_atoms = p.shape[1]
+    delta_z = (v_max - v_min) / (n_atoms - 1)
+    support = torch.linspace(v_min, v_max, n_atoms, dtype=p.dtype, device=p.device)
+    tz = (reward.detach().unsqueeze(1) + discount.detach().unsqueeze(1) * support).clamp(v_min, v_max)
+    b = ((tz - v_min) / delta_z).clamp(0, n_atoms - 1)  # clamp again: rounding can overshoot Z−1
+    lower = b.floor()
+    upper = b.ceil()
+    on_atom = (lower == upper).to(p.dtype)
+    target = torch.zeros_like(p)
+    target.scatter_add_(1, lower.long(), p * (upper - b + on_atom))
+    target.scatter_add_(1, upper.long(), p * (b - lower))
+    return target
+
+
+def iqn_quantile_huber_loss(theta: Tensor, tau: Tensor, target: Tensor, kappa: float = 1.0) -> Tensor:
+    """Quantile Huber loss: mean_b Σ_i mean_j |τ_i − 1{u_ij<0}|·huber_κ(u_ij)/κ, u_ij = target_j − θ_i.
+
+    Only θ (the online quantiles) gets a gradient; τ are samples and target is the target net's.
+    """
+    u = target.detach().unsqueeze(1) - theta.unsqueeze(2)  # [B, T, T']
+    weight = (tau.detach().unsqueeze(2) - (u.detach() < 0).to(theta.dtype)).abs()
+    per_pair = weight * huber(u, kappa) / kappa
+    return per_pair.mean(dim=2).sum(dim=1).mean()
+
+
+def ensemble_q(c51_logits: Tensor, support: Tensor, iqn_quantiles: Tensor, w: float) -> Tensor:
+    """q_ens = w·E_C51[Q] + (1−w)·mean_τ IQN, both uncentred (Plan A v2); no gradient to the support."""
+    expected_c51 = (torch.softmax(c51_logits, dim=2) * support.detach()).sum(dim=2)
+    return w * expected_c51 + (1.0 - w) * iqn_quantiles.mean(dim=1)
+
+
+def gae(
+    rewards: Tensor,
+    values: Tensor,
+    next_values: Tensor,
+    terminated: Tensor,
+    episode_end: Tensor,
+    gamma: float,
+    lam: float,
+) -> tuple[Tensor, Tensor]:
+    """Generalised advantage estimation over [T, B], backwards in time, no gradient.
+
+    `terminated` cuts the bootstrap (the next state's value is 0); `episode_end` (terminated or truncated)
+    cuts the recursion, so a truncated step still bootstraps from next_values but starts a fresh trace.
+    """
+    rewards, values, next_values = rewards.detach(), values.detach(), next_values.detach()
+    not_terminal = 1.0 - terminated.to(values.dtype)
+    not_end = 1.0 - episode_end.to(values.dtype)
+    deltas = rewards + gamma * not_terminal * next_values - values
+    advantages = torch.empty_like(values)
+    running = torch.zeros_like(values[0])
+    for t in range(values.shape[0] - 1, -1, -1):
+        running = deltas[t] + gamma * lam * not_end[t] * running
+        advantages[t] = running
+    return advantages, advantages + values
+
+
+def soft_update_(target_flat: Tensor, online_flat: Tensor, tau: float) -> None:
+    """Polyak update in place: target ← (1−τ)·target + τ·online, as target + τ·(online − target)."""
+    with torch.no_grad():
+        target_flat.lerp_(online_flat, tau)
+
+
+# Closed-form gradients. The CPU implementations of the custom ops use these, and the CUDA kernels compute
+# the same expressions in the same pass as their forward; tests check each against autograd of the above.
+
+
+def dueling_backward(
+    grad_v: Tensor | None,
+    grad_a: Tensor | None,
+    grad_q: Tensor | None,
+    h: Tensor,
+    w_v: Tensor,
+    w_a: Tensor,
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """Decompose-and-backward: through the Jacobian of Q = V + A − mean_a A, then to weights and h.
+
+    grad_V = Σ_a grad_Q (plus any direct grad_V); grad_A = grad_Q − mean_a grad_Q (plus any direct
+    grad_A), so the gradient reaching A sums to zero over actions when only Q is used. Returns
+    (grad_h, grad_w_v, grad_b_v, grad_w_a, grad_b_a).
+    """
+    n_rows, n_actions = h.shape[0], w_a.shape[1]
+    g_v = torch.zeros(n_rows, dtype=h.dtype, device=h.device)
+    g_a = torch.zeros(n_rows, n_actions, dtype=h.dtype, device=h.device)
+    if grad_v is not None:
+        g_v = g_v + grad_v
+    if grad_a is not None:
+        g_a = g_a + grad_a
+    if grad_q is not None:
+        g_v = g_v + grad_q.sum(dim=1)
+        g_a = g_a + grad_q - grad_q.mean(dim=1, keepdim=True)
+    grad_h = g_v.unsqueeze(1) * w_v + g_a @ w_a.T
+    return grad_h, h.T @ g_v, g_v.sum().reshape(1), h.T @ g_a, g_a.sum(dim=0)
+
+
+def dueling_huber_loss_and_grad(q: Tensor, action: Tensor, y: Tensor, kappa: float) -> tuple[Tensor, Tensor]:
+    """(loss, d loss / d q): the gradient is clamp(Q(s,a_b) − y_b, −κ, κ)/B at the taken action, else 0."""
+    rows = q.shape[0]
+    index = action.long().unsqueeze(1)
+    diff = q.detach().gather(1, index).squeeze(1) - y.detach()
+    loss = huber(diff, kappa).mean()
+    grad_q = torch.zeros_like(q).scatter_(1, index, (diff.clamp(-kappa, kappa) / rows).unsqueeze(1))
+    return loss, grad_q
+
+
+def iqn_quantile_huber_loss_and_grad(
+    theta: Tensor, tau: Tensor, target: Tensor, kappa: float
+) -> tuple[Tensor, Tensor]:
+    """(loss, d loss / d θ): d/dθ_i = −(1/B)(1/T') Σ_j |τ_i − 1{u_ij<0}|·clamp(u_ij, −κ, κ)/κ."""
+    theta = theta.detach()
+    u = target.detach().unsqueeze(1) - theta.unsqueeze(2)
+    weight = (tau.detach().unsqueeze(2) - (u < 0).to(theta.dtype)).abs()
+    loss = (weight * huber(u, kappa) / kappa).mean(dim=2).sum(dim=1).mean()
+    grad = -(weight * u.clamp(-kappa, kappa)).mean(dim=2) / (kappa * theta.shape[0])
+    return loss, grad
+
+
+def ensemble_q_backward(
+    grad: Tensor, c51_logits: Tensor, support: Tensor, n_quantiles: int, w: float
+) -> tuple[Tensor, Tensor]:
+    """(grad_logits, grad_quantiles): softmax Jacobian w·g·p_z·(z − E[z]) and the mean's (1−w)·g/T."""
+    probs = torch.softmax(c51_logits.detach(), dim=2)
+    expected = (probs * support).sum(dim=2, keepdim=True)
+    grad_logits = w * grad.unsqueeze(2) * probs * (support - expected)
+    grad_quantiles = ((1.0 - w) / n_quantiles * grad).unsqueeze(1).expand(-1, n_quantiles, -1).contiguous()
+    return grad_logits, grad_quantiles
