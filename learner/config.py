@@ -101,14 +101,42 @@ class LearnerConfig:
             if not cond:
                 errs.append(f"learner.{name}={getattr(self, name)!r} {rule}")
 
-        for name in ("hidden_dim", "encoder_layers", "n_atoms", "iqn_taus", "iqn_target_taus", "n_step",
-                     "replay_capacity", "q_batch_size", "onpolicy_queue_len"):
+        for name in (
+            "hidden_dim",
+            "encoder_layers",
+            "n_atoms",
+            "iqn_taus",
+            "iqn_target_taus",
+            "n_step",
+            "replay_capacity",
+            "q_batch_size",
+            "onpolicy_queue_len",
+        ):
             v = getattr(self, name)
             need(isinstance(v, int) and not isinstance(v, bool) and v >= 1, name, "must be an int >= 1")
         need(isinstance(self.n_atoms, int) and self.n_atoms >= 2, "n_atoms", "must be >= 2 (a support)")
-        floats = ("v_min", "v_max", "huber_kappa", "ensemble_w", "gamma", "gae_lambda", "reward_scale",
-                  "ppo_clip", "entropy_coef", "value_coef", "distill_temperature", "distill_coef", "c51_coef",
-                  "iqn_coef", "lr", "dueling_lr", "adam_eps", "grad_clip", "dueling_grad_clip", "polyak_tau")
+        floats = (
+            "v_min",
+            "v_max",
+            "huber_kappa",
+            "ensemble_w",
+            "gamma",
+            "gae_lambda",
+            "reward_scale",
+            "ppo_clip",
+            "entropy_coef",
+            "value_coef",
+            "distill_temperature",
+            "distill_coef",
+            "c51_coef",
+            "iqn_coef",
+            "lr",
+            "dueling_lr",
+            "adam_eps",
+            "grad_clip",
+            "dueling_grad_clip",
+            "polyak_tau",
+        )
         bad = set()
         for name in floats:
             v = getattr(self, name)
@@ -118,8 +146,17 @@ class LearnerConfig:
         ok = lambda *names: not (bad & set(names))  # noqa: E731 (checks only run on numbers)
         if ok("v_min", "v_max"):
             need(self.v_max > self.v_min, "v_max", f"must be > learner.v_min={self.v_min!r}")
-        for name in ("huber_kappa", "reward_scale", "ppo_clip", "distill_temperature", "lr", "dueling_lr",
-                     "adam_eps", "grad_clip", "dueling_grad_clip"):
+        for name in (
+            "huber_kappa",
+            "reward_scale",
+            "ppo_clip",
+            "distill_temperature",
+            "lr",
+            "dueling_lr",
+            "adam_eps",
+            "grad_clip",
+            "dueling_grad_clip",
+        ):
             if ok(name):
                 need(getattr(self, name) > 0, name, "must be > 0")
         for name in ("entropy_coef", "value_coef", "distill_coef", "c51_coef", "iqn_coef"):
@@ -131,15 +168,29 @@ class LearnerConfig:
         if ok("polyak_tau"):
             need(0 < self.polyak_tau <= 1, "polyak_tau", "must be in (0, 1]")
         need(self.dueling_mode in DUELING_MODES, "dueling_mode", f"must be one of {list(DUELING_MODES)}")
-        need(isinstance(self.replay_min_size, int) and not isinstance(self.replay_min_size, bool)
-             and self.replay_min_size >= 1, "replay_min_size", "must be an int >= 1")
+        need(
+            isinstance(self.replay_min_size, int)
+            and not isinstance(self.replay_min_size, bool)
+            and self.replay_min_size >= 1,
+            "replay_min_size",
+            "must be an int >= 1",
+        )
         if not errs:
-            need(self.q_batch_size <= self.replay_capacity, "q_batch_size",
-                 f"must be <= learner.replay_capacity={self.replay_capacity}")
-            need(self.replay_min_size <= self.replay_capacity, "replay_min_size",
-                 f"must be <= learner.replay_capacity={self.replay_capacity}")
-        need(self.inject_nan_at is None or (isinstance(self.inject_nan_at, int) and self.inject_nan_at >= 1),
-             "inject_nan_at", "must be None or a learner step >= 1")
+            need(
+                self.q_batch_size <= self.replay_capacity,
+                "q_batch_size",
+                f"must be <= learner.replay_capacity={self.replay_capacity}",
+            )
+            need(
+                self.replay_min_size <= self.replay_capacity,
+                "replay_min_size",
+                f"must be <= learner.replay_capacity={self.replay_capacity}",
+            )
+        need(
+            self.inject_nan_at is None or (isinstance(self.inject_nan_at, int) and self.inject_nan_at >= 1),
+            "inject_nan_at",
+            "must be None or a learner step >= 1",
+        )
         need(isinstance(self.flip_distill_sign, bool), "flip_distill_sign", "must be a bool")
         need(isinstance(self.normalize_advantages, bool), "normalize_advantages", "must be a bool")
         return errs

@@ -1,0 +1,351 @@
+"""The Learner: one plain class, no Ray. update(rollout) -> diag dict; reads top to bottom (CleanRL style).
+
+Per update: validate the rollout, add its n-step transitions to replay, then one optimiser step of
+  - on the rollout (on-policy): PPO clipped surrogate on GAE advantages + entropy bonus, Q->pi distillation
+    KL(softmax(q_ens/T) || pi) with q_ens detached, V_scalar MSE to the GAE returns;
+  - on a replay sample (off-policy): C51 cross-entropy to the double-DQN projected target, IQN quantile Huber;
+  - the DuelingQHead's own Huber Bellman loss on a detached h, with its own Adam and its own clipping;
+then Polyak-update both target copies. The dueling head is fully encapsulated: in "diagnostic" mode the
+main network trains to bit-identical parameters as with no dueling head at all (tests/test_pearls.py).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+
+import torch
+
+from learner import diag as D
+from learner import losses as L
+from learner import ops
+from learner.config import LearnerConfig
+from learner.network import (
+    HEAD_GROUPS,
+    DuelingQHead,
+    MainNet,
+    flatten_parameters_,
+    group_slices,
+    quantile_midpoints,
+)
+from learner.replay import OnPolicyQueue, ReplayBuffer, nstep_transitions, rollout_from_batch
+
+CHECKPOINT_FORMAT = "foxhunt_ray.learner/1"
+_DUELING_SEED_OFFSET = 0x5EED  # the dueling head's own generator: seeded apart from the main net's RNG
+
+
+class _Trainable:
+    """A network's flat parameters, flat gradients, Adam and target copy, stepped as one unit."""
+
+    def __init__(self, net: torch.nn.Module, lr: float, eps: float, clip: float):
+        target = copy.deepcopy(net).requires_grad_(False)
+        self.net, self.target, self.clip = net, target, clip
+        self.flat, self.grad = flatten_parameters_(net)
+        self.target_flat, _ = flatten_parameters_(target)
+        self.target_flat.requires_grad_(False)
+        self.opt = torch.optim.Adam([self.flat], lr=lr, eps=eps)
+
+    def snapshot(self) -> tuple[torch.Tensor, dict]:
+        """Parameters and Adam state before a step, so a step that ends non-finite can be undone."""
+        state = {k: (v.clone() if torch.is_tensor(v) else v) for k, v in self.opt.state[self.flat].items()}
+        return self.flat.detach().clone(), state
+
+    def restore(self, snap: tuple[torch.Tensor, dict]) -> None:
+        flat, state = snap
+        with torch.no_grad():
+            self.flat.copy_(flat)
+        if state:
+            for k, v in state.items():
+                cur = self.opt.state[self.flat][k]
+                cur.copy_(v) if torch.is_tensor(cur) else self.opt.state[self.flat].__setitem__(k, v)
+        else:
+            self.opt.state.pop(self.flat, None)
+
+    def state_dict(self) -> dict:
+        return {
+            "flat": self.flat.detach().cpu().clone(),
+            "target_flat": self.target_flat.detach().cpu().clone(),
+            "opt": self.opt.state_dict(),
+        }
+
+    def load_state_dict(self, state: dict, what: str) -> None:
+        for key in ("flat", "target_flat"):
+            if tuple(state[key].shape) != tuple(self.flat.shape):
+                raise ValueError(
+                    f"checkpoint {what}.{key} has {tuple(state[key].shape)} parameters, this "
+                    f"learner has {tuple(self.flat.shape)}: sizes in the config differ"
+                )
+        with torch.no_grad():
+            self.flat.copy_(state["flat"])
+            self.target_flat.copy_(state["target_flat"])
+        self.opt.load_state_dict(state["opt"])
+
+
+class Learner:
+    """Builds the network, replay and optimisers from `cfg`; `update(batch)` runs one learner step."""
+
+    def __init__(
+        self,
+        cfg: LearnerConfig,
+        *,
+        obs_dim: int,
+        n_actions: int,
+        device: str | torch.device = "cpu",
+        seed: int = 0,
+    ):
+        errs = cfg.errors()
+        for name, v, lo in (("obs_dim", obs_dim, 1), ("n_actions", n_actions, 2), ("seed", seed, 0)):
+            if not isinstance(v, int) or isinstance(v, bool) or v < lo:
+                errs.append(f"{name}={v!r} must be an int >= {lo}")
+        if errs:
+            raise ValueError("cannot build Learner:\n  " + "\n  ".join(errs))
+        self.cfg, self.obs_dim, self.n_actions = cfg, obs_dim, n_actions
+        self.device = torch.device(device)
+        # The main net is built from its own seeded stream; the caller's global RNG is left as it was.
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            net = MainNet(obs_dim, n_actions, cfg.hidden_dim, cfg.encoder_layers, cfg.n_atoms)
+        self.main = _Trainable(net.to(self.device), cfg.lr, cfg.adam_eps, cfg.grad_clip)
+        self.net: MainNet = self.main.net
+        self.groups = group_slices(self.net, HEAD_GROUPS)
+        self.dueling: _Trainable | None = None
+        if cfg.dueling_mode != "off":
+            head = DuelingQHead(cfg.hidden_dim, n_actions, seed=seed + _DUELING_SEED_OFFSET)
+            self.dueling = _Trainable(
+                head.to(self.device), cfg.dueling_lr, cfg.adam_eps, cfg.dueling_grad_clip
+            )
+        self.support = torch.linspace(cfg.v_min, cfg.v_max, cfg.n_atoms, device=self.device)
+        self.gen = torch.Generator(device=self.device).manual_seed(seed)  # IQN tau samples
+        self.replay = ReplayBuffer(cfg.replay_capacity, obs_dim, self.device, seed + 1)
+        self.queue = OnPolicyQueue(cfg.onpolicy_queue_len)
+        self.step = 0
+        self.nan_abort_step = 0
+
+    # ------------------------------------------------------------------ update
+    def update(self, batch: dict) -> dict[str, float]:
+        cfg = self.cfg
+        rollout = rollout_from_batch(
+            batch, obs_dim=self.obs_dim, n_actions=self.n_actions, device=self.device
+        )
+        self.replay.add(nstep_transitions(rollout, cfg.gamma, cfg.n_step, cfg.reward_scale))
+        self.queue.push(rollout)
+        ro = self.queue.pop()
+        self.step += 1
+        out: dict[str, torch.Tensor] = {}
+
+        # --- on-policy: PPO, entropy, distillation, V_scalar on the rollout ---
+        t_len, b = ro.rewards.shape
+        tb = t_len * b
+        h_all = self.net.encoder(ro.obs.reshape(-1, self.obs_dim))  # [(T+1)B, H]: s_t for t = 0..T
+        h_t = h_all[:tb]
+        v_all = self.net.value(h_all)
+        logits = self.net.pi(h_t)
+        with torch.no_grad():
+            q_ens = self.net.q_ens(h_t, self.support, cfg.ensemble_w, cfg.iqn_taus)
+            baseline = v_all
+            if self.dueling is not None:
+                v_dq_all = self.dueling.net(h_all.detach())[0]
+                out[D.V_DQ_MEAN] = v_dq_all[:tb][ro.valid.reshape(-1)].mean()
+                if cfg.dueling_mode == "baseline":  # Phase 4.3: V_dq and V_dq(s_{t+1}) are the GAE baseline
+                    baseline = v_dq_all
+            adv, ret = L.gae(
+                ro.rewards * cfg.reward_scale,
+                baseline[:tb].view(t_len, b),
+                baseline[b:].view(t_len, b),
+                ro.terminated,
+                ro.terminated | ro.truncated,
+                cfg.gamma,
+                cfg.gae_lambda,
+            )
+        valid = ro.valid.reshape(-1)
+        adv = adv.reshape(-1)[valid]
+        out[D.ADV_MEAN] = adv.mean()
+        if cfg.normalize_advantages and adv.numel() > 1:
+            adv = (adv - adv.mean()) / (adv.std(unbiased=False) + 1e-8)
+        logp_all = torch.log_softmax(logits[valid], dim=-1)
+        logp = logp_all.gather(-1, ro.actions.reshape(-1)[valid, None]).squeeze(-1)
+        l_pi, out[D.APPROX_KL], out[D.CLIP_FRAC] = L.ppo_clip_loss(
+            logp, ro.behaviour_logp.reshape(-1)[valid], adv, cfg.ppo_clip
+        )
+        ent = L.entropy(logits[valid])
+        q_teacher = -q_ens[valid] if cfg.flip_distill_sign else q_ens[valid]
+        l_distill = L.distill_kl(q_teacher, logits[valid], cfg.distill_temperature)
+        l_v = L.value_mse(v_all[:tb][valid], ret.reshape(-1)[valid])
+        out[D.QPA] = D.qpa(q_ens[valid], logp_all.detach())
+        out[D.V_SCALAR_MEAN] = v_all[:tb][valid].mean().detach()
+        out[D.Q_ENS_MEAN] = q_ens[valid].mean()
+
+        # --- off-policy: C51, IQN and the dueling head on a replay sample ---
+        zero = torch.zeros((), device=self.device)
+        l_c51 = l_iqn = l_dueling = zero
+        q_trained = len(self.replay) >= cfg.replay_min_size
+        if q_trained:
+            l_c51, l_iqn, l_dueling = self._q_losses(self.replay.sample(cfg.q_batch_size))
+
+        loss = (
+            l_pi
+            - cfg.entropy_coef * ent
+            + cfg.distill_coef * l_distill
+            + cfg.value_coef * l_v
+            + cfg.c51_coef * l_c51
+            + cfg.iqn_coef * l_iqn
+        )
+        if cfg.inject_nan_at == self.step:  # test-only fault: exercises the guard below end to end
+            loss = loss * float("nan")
+
+        # --- backward: two separate graphs, so the dueling loss cannot touch a main-net gradient ---
+        self.main.grad.zero_()
+        loss.backward()
+        parts = [self.main]
+        if self.dueling is not None:
+            self.dueling.grad.zero_()
+            if q_trained:
+                l_dueling.backward()
+            parts.append(self.dueling)
+        for name, sl in self.groups.items():
+            out[D.grad_norm_key(name)] = self.main.grad[sl].norm()
+        if self.dueling is not None:
+            out[D.grad_norm_key("dueling")] = self.dueling.grad.norm()
+        healthy = torch.isfinite(loss) & torch.isfinite(l_dueling)
+        for p in parts:
+            healthy &= torch.isfinite(p.grad).all()
+        applied = bool(healthy)
+        if applied:  # each network is clipped on its own norm: a global norm would couple them
+            out[D.grad_norm_key("total")] = torch.nn.utils.clip_grad_norm_([self.main.flat], self.main.clip)
+            if self.dueling is not None:
+                torch.nn.utils.clip_grad_norm_([self.dueling.flat], self.dueling.clip)
+            snaps = [p.snapshot() for p in parts]
+            for p in parts:
+                p.opt.step()
+            if not all(bool(torch.isfinite(p.flat).all()) for p in parts):
+                for p, s in zip(parts, snaps, strict=True):
+                    p.restore(s)
+                applied = False
+        if applied:
+            for p in parts:
+                ops.soft_update_(p.target_flat.detach(), p.flat.detach(), cfg.polyak_tau)
+        elif self.nan_abort_step == 0:
+            self.nan_abort_step = self.step
+
+        out.update(
+            {
+                D.L_C51: l_c51,
+                D.L_IQN: l_iqn,
+                D.L_PI: l_pi,
+                D.L_V: l_v,
+                D.L_DISTILL: l_distill,
+                D.L_DUELING: l_dueling,
+                D.ENTROPY: ent,
+            }
+        )
+        keys = list(out)
+        values = torch.stack([out[k].detach().float().reshape(()) for k in keys]).tolist()  # one device sync
+        result = dict(zip(keys, values, strict=True))
+        result.setdefault(D.V_DQ_MEAN, 0.0)
+        result.setdefault(D.grad_norm_key("dueling"), 0.0)
+        result.setdefault(D.grad_norm_key("total"), math.nan)
+        result.update(
+            {
+                D.STEP: float(self.step),
+                D.NAN_ABORT_STEP: float(self.nan_abort_step),
+                D.POLICY_LAG: float(self.step - 1 - ro.policy_version),
+                D.REPLAY_SIZE: float(len(self.replay)),
+                D.TRANSITIONS: float(valid.sum()),
+                D.Q_TRAINED: float(q_trained),
+            }
+        )
+        return result
+
+    def _q_losses(self, s: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(l_c51, l_iqn, l_dueling) on replay sample `s`; targets from the target nets at the online a*."""
+        cfg, net, tgt = self.cfg, self.net, self.main.target
+        n = s["action"].shape[0]
+        rows = torch.arange(n, device=self.device)
+        h = net.encoder(s["obs"])
+        with torch.no_grad():
+            h_next = net.encoder(s["next_obs"])
+            h_next_tgt = tgt.encoder(s["next_obs"])
+            # C51, double DQN: a* from the online expected Q, distribution from the target net at a*.
+            a_c51 = (net.c51_logits(h_next).softmax(-1) * self.support).sum(-1).argmax(-1)
+            p_next = tgt.c51_logits(h_next_tgt)[rows, a_c51].softmax(-1)
+            m = L.c51_target(p_next, s["ret"], s["discount"], cfg.v_min, cfg.v_max)
+            # IQN, double DQN: a* from the online quantile mean, T' target quantiles at a*.
+            a_iqn = net.iqn(h_next, quantile_midpoints(n, cfg.iqn_target_taus, h_next)).mean(1).argmax(-1)
+            tau_next = torch.rand(n, cfg.iqn_target_taus, generator=self.gen, device=self.device)
+            q_next = _at_action(tgt.iqn(h_next_tgt, tau_next), a_iqn)
+            iqn_target = s["ret"][:, None] + s["discount"][:, None] * q_next
+        l_c51 = L.c51_cross_entropy(net.c51_logits(h)[rows, s["action"]], m)
+        tau = torch.rand(n, cfg.iqn_taus, generator=self.gen, device=self.device)
+        l_iqn = L.iqn_loss(_at_action(net.iqn(h, tau), s["action"]), tau, iqn_target, cfg.huber_kappa)
+        l_dueling = torch.zeros((), device=self.device)
+        if self.dueling is not None:  # h detached: this loss reaches w_v, b_v, w_a, b_a and nothing else
+            q_dq = self.dueling.net(h.detach())[2]
+            with torch.no_grad():
+                q_online_next = self.dueling.net(h_next)[2]
+                q_target_next = self.dueling.target(h_next)[2]
+            l_dueling = L.dueling_loss(
+                q_dq, s["action"], q_online_next, q_target_next, s["ret"], s["discount"], cfg.huber_kappa
+            )
+        return l_c51, l_iqn, l_dueling
+
+    # ------------------------------------------------------------------ acting and checkpoints
+    def policy_weights(self) -> dict:
+        """What a rollout actor needs: PolicyNet sizes, encoder + pi state on CPU, and the policy version."""
+        state = {
+            k: v.detach().cpu().clone()
+            for k, v in self.net.state_dict().items()
+            if k.startswith(("encoder.", "pi."))
+        }
+        return {
+            "version": self.step,
+            "obs_dim": self.obs_dim,
+            "n_actions": self.n_actions,
+            "hidden_dim": self.cfg.hidden_dim,
+            "encoder_layers": self.cfg.encoder_layers,
+            "state": state,
+        }
+
+    def state_dict(self) -> dict:
+        """Everything to resume bit-exactly; only tensors, numbers, strings, dicts, lists (weights_only)."""
+        sd = {
+            "format": CHECKPOINT_FORMAT,
+            "config": dataclasses.asdict(self.cfg),
+            "obs_dim": self.obs_dim,
+            "n_actions": self.n_actions,
+            "step": self.step,
+            "nan_abort_step": self.nan_abort_step,
+            "main": self.main.state_dict(),
+            "rng": self.gen.get_state(),
+            "replay": self.replay.state_dict(),
+            "queue": self.queue.state_dict(),
+        }
+        if self.dueling is not None:
+            sd["dueling"] = self.dueling.state_dict()
+        return sd
+
+    def load_state_dict(self, sd: dict) -> None:
+        if not isinstance(sd, dict) or sd.get("format") != CHECKPOINT_FORMAT:
+            got = sd.get("format") if isinstance(sd, dict) else type(sd).__name__
+            raise ValueError(f"not a learner checkpoint: format={got!r}, expected {CHECKPOINT_FORMAT!r}")
+        mine = dataclasses.asdict(self.cfg)
+        diff = sorted(k for k in set(mine) | set(sd["config"]) if mine.get(k) != sd["config"].get(k))
+        if diff or (sd["obs_dim"], sd["n_actions"]) != (self.obs_dim, self.n_actions):
+            raise ValueError(
+                f"checkpoint was written by a different learner: config fields differ {diff}, "
+                f"obs_dim/n_actions {sd['obs_dim']}/{sd['n_actions']} vs {self.obs_dim}/{self.n_actions}; "
+                "build the Learner from the checkpoint's own config (its 'config' entry)"
+            )
+        self.main.load_state_dict(sd["main"], "main")
+        if self.dueling is not None:
+            self.dueling.load_state_dict(sd["dueling"], "dueling")
+        self.gen.set_state(sd["rng"])
+        self.replay.load_state_dict(sd["replay"])
+        self.queue.load_state_dict(sd["queue"], self.device)
+        self.step, self.nan_abort_step = int(sd["step"]), int(sd["nan_abort_step"])
+
+
+def _at_action(quantiles: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+    """[B, T, N] quantiles at action[B] -> [B, T]."""
+    idx = action[:, None, None].expand(-1, quantiles.shape[1], 1)
+    return quantiles.gather(2, idx).squeeze(2)

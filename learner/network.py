@@ -1,0 +1,186 @@
+"""The learner's network: shared encoder -> C51 | IQN | pi | V_scalar, plus the encapsulated DuelingQHead.
+
+Layout (DESIGN.md): encoder obs -> h[B,H]; C51 logits [B,N,Z]; IQN quantiles [B,T,N] from a 64-feature
+cosine embedding of tau multiplied into h; policy logits [B,N]; V_scalar [B]. The DuelingQHead has its own
+weights, its own RNG for initialisation and sees only a detached h: it must not perturb the other heads at
+all (the seed's Phase 4; every earlier way of mixing dueling into C51/IQN collapsed qpa on the cluster).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from torch import nn
+
+from learner import ops
+
+IQN_EMBED_DIM = 64
+"""Cosine features of tau: cos(pi * i * tau), i = 0..63 (IQN paper)."""
+HEAD_GROUPS: tuple[str, ...] = ("encoder", "c51", "iqn", "pi", "v")
+"""Parameter groups of MainNet, in order; grad norms are reported per group."""
+
+
+def encoder_mlp(obs_dim: int, hidden_dim: int, layers: int) -> nn.Sequential:
+    """obs -> h[B, H]: `layers` Linear+ReLU layers."""
+    mods: list[nn.Module] = []
+    width = obs_dim
+    for _ in range(layers):
+        mods += [nn.Linear(width, hidden_dim), nn.ReLU()]
+        width = hidden_dim
+    return nn.Sequential(*mods)
+
+
+def cosine_features(tau: torch.Tensor) -> torch.Tensor:
+    """[B, T] -> [B, T, 64]: cos(pi * i * tau) for i = 0..63."""
+    i = torch.arange(IQN_EMBED_DIM, device=tau.device, dtype=tau.dtype)
+    return torch.cos(math.pi * i * tau[..., None])
+
+
+def quantile_midpoints(batch: int, n: int, like: torch.Tensor) -> torch.Tensor:
+    """Fixed taus (i + 0.5)/n, [batch, n]: a deterministic, RNG-free mean over tau (acting, diagnostics)."""
+    tau = (torch.arange(n, device=like.device, dtype=like.dtype) + 0.5) / n
+    return tau.expand(batch, n)
+
+
+class IQNHead(nn.Module):
+    """quantiles[B, T, N] = Linear(h * ReLU(Linear(cos-embedding(tau))))."""
+
+    def __init__(self, hidden_dim: int, n_actions: int):
+        super().__init__()
+        self.embed = nn.Linear(IQN_EMBED_DIM, hidden_dim)
+        self.out = nn.Linear(hidden_dim, n_actions)
+
+    def forward(self, h: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
+        phi = torch.relu(self.embed(cosine_features(tau)))
+        return self.out(h[:, None, :] * phi)
+
+
+class MainNet(nn.Module):
+    """Encoder + C51 + IQN + pi + V_scalar (Plan A v2). Parameter order follows HEAD_GROUPS."""
+
+    def __init__(self, obs_dim: int, n_actions: int, hidden_dim: int, encoder_layers: int, n_atoms: int):
+        super().__init__()
+        self.n_actions, self.n_atoms = n_actions, n_atoms
+        self.encoder = encoder_mlp(obs_dim, hidden_dim, encoder_layers)
+        self.c51 = nn.Linear(hidden_dim, n_actions * n_atoms)
+        self.iqn = IQNHead(hidden_dim, n_actions)
+        self.pi = nn.Linear(hidden_dim, n_actions)
+        self.v = nn.Linear(hidden_dim, 1)
+
+    def c51_logits(self, h: torch.Tensor) -> torch.Tensor:
+        return self.c51(h).view(h.shape[0], self.n_actions, self.n_atoms)
+
+    def value(self, h: torch.Tensor) -> torch.Tensor:
+        return self.v(h).squeeze(-1)
+
+    def q_ens(self, h: torch.Tensor, support: torch.Tensor, w: float, n_taus: int) -> torch.Tensor:
+        """w * E_C51[Q] + (1-w) * mean_tau IQN, both uncentred, IQN at the fixed quantile midpoints."""
+        quantiles = self.iqn(h, quantile_midpoints(h.shape[0], n_taus, h))
+        return ops.ensemble_q(self.c51_logits(h), support, quantiles, w)
+
+
+class PolicyNet(nn.Module):
+    """What a rollout actor needs: encoder + policy head, loadable from Learner.policy_weights()["state"]."""
+
+    def __init__(self, obs_dim: int, n_actions: int, hidden_dim: int, encoder_layers: int):
+        super().__init__()
+        self.encoder = encoder_mlp(obs_dim, hidden_dim, encoder_layers)
+        self.pi = nn.Linear(hidden_dim, n_actions)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.pi(self.encoder(obs))
+
+    @torch.no_grad()
+    def act(
+        self,
+        obs: np.ndarray | torch.Tensor,
+        *,
+        generator: torch.Generator | None = None,
+        greedy: bool = False,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """obs[B, D] -> (action[B] int64, logp[B] float32) as numpy; samples pi unless greedy."""
+        x = torch.as_tensor(obs, dtype=torch.float32)
+        if x.ndim != 2:
+            raise ValueError(f"PolicyNet.act: obs must be [B, obs_dim], got shape {tuple(x.shape)}")
+        logp_all = torch.log_softmax(self(x), dim=-1)
+        if greedy:
+            action = logp_all.argmax(-1)
+        else:
+            action = torch.multinomial(logp_all.exp(), 1, generator=generator).squeeze(-1)
+        logp = logp_all.gather(-1, action[:, None]).squeeze(-1)
+        return action.numpy().astype(np.int64), logp.numpy().astype(np.float32)
+
+
+class DuelingQHead(nn.Module):
+    """Independent dueling head: V = h.w_v + b_v, A = h W_a + b_a, Q = V + A - mean_a A.
+
+    Initialised (Xavier uniform, zero biases) from its OWN generator, so creating it leaves the RNG stream
+    of every other head untouched; fed a detached h, so its loss reaches only w_v, b_v, w_a, b_a.
+    """
+
+    def __init__(self, hidden_dim: int, n_actions: int, *, seed: int):
+        super().__init__()
+        g = torch.Generator().manual_seed(seed)
+        bound_v = math.sqrt(6.0 / (hidden_dim + 1))
+        bound_a = math.sqrt(6.0 / (hidden_dim + n_actions))
+        self.w_v = nn.Parameter(torch.empty(hidden_dim).uniform_(-bound_v, bound_v, generator=g))
+        self.b_v = nn.Parameter(torch.zeros(1))
+        self.w_a = nn.Parameter(torch.empty(hidden_dim, n_actions).uniform_(-bound_a, bound_a, generator=g))
+        self.b_a = nn.Parameter(torch.zeros(n_actions))
+
+    def forward(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(V[B], A[B,N], Q[B,N]) in one fused op."""
+        return ops.dueling_forward(h, self.w_v, self.b_v, self.w_a, self.b_a)
+
+
+def flatten_parameters_(module: nn.Module) -> tuple[nn.Parameter, torch.Tensor]:
+    """Rebinds every parameter of `module` as a view into one flat buffer; returns (flat, flat_grad).
+
+    One buffer per network makes the Polyak soft update one op (ops.soft_update_), the finiteness check of
+    parameters and gradients one reduction, and the NaN-guard snapshot one copy. Each parameter's .grad is a
+    view into flat_grad, so backward accumulates straight into it. Optimise `flat`, not the module.
+    """
+    params = list(module.parameters())
+    ref = params[0]
+    total = sum(p.numel() for p in params)
+    flat = torch.empty(total, dtype=ref.dtype, device=ref.device)
+    grad = torch.zeros_like(flat)
+    offset = 0
+    for p in params:
+        n = p.numel()
+        flat[offset : offset + n].copy_(p.data.reshape(-1))
+        p.data = flat[offset : offset + n].view_as(p)
+        p.grad = grad[offset : offset + n].view_as(p)
+        offset += n
+    master = nn.Parameter(flat)
+    master.grad = grad
+    return master, grad
+
+
+def group_slices(module: nn.Module, groups: tuple[str, ...]) -> dict[str, slice]:
+    """Slice of each top-level child's parameters in the flat buffer built by flatten_parameters_."""
+    out: dict[str, slice] = {}
+    offset = 0
+    for name in groups:
+        n = sum(p.numel() for p in getattr(module, name).parameters())
+        out[name] = slice(offset, offset + n)
+        offset += n
+    if offset != sum(p.numel() for p in module.parameters()):
+        raise RuntimeError(f"groups {groups} do not cover {type(module).__name__}'s parameters in order")
+    return out
+
+
+def policy_from_weights(weights: dict) -> PolicyNet:
+    """Builds a PolicyNet from Learner.policy_weights() and loads its state strictly."""
+    missing = [
+        k for k in ("obs_dim", "n_actions", "hidden_dim", "encoder_layers", "state") if k not in weights
+    ]
+    if missing:
+        raise ValueError(f"policy weights lack {missing}; pass what Learner.policy_weights() returns")
+    net = PolicyNet(
+        weights["obs_dim"], weights["n_actions"], weights["hidden_dim"], weights["encoder_layers"]
+    )
+    net.load_state_dict(weights["state"])
+    return net
