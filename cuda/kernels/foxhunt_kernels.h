@@ -1,0 +1,73 @@
+// Launchers of the foxhunt CUDA kernels. Plain CUDA, no torch headers: any machine with nvcc compiles them.
+//
+// Every pointer is to a contiguous row-major device buffer of the shape given in the comment; each launcher
+// enqueues its kernel(s) on `stream` and returns without synchronising (the caller checks the launch).
+// T is float or double (explicitly instantiated in the .cu files).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+namespace foxhunt {
+
+// v[B] = h·w_v + b_v; a[B,N] = h·w_a + b_a; q = v + a − mean_a a.   h[B,H], w_v[H], b_v[1], w_a[H,N], b_a[N].
+template <typename T>
+void launch_dueling_forward(const T* h, const T* w_v, const T* b_v, const T* w_a, const T* b_a, T* v, T* a,
+                            T* q, int rows, int hidden, int n_actions, cudaStream_t stream);
+
+// Decompose-and-backward. grad_v[B], grad_a[B,N], grad_q[B,N] may each be null (= zero). Writes
+// grad_h[B,H], grad_w_v[H], grad_b_v[1], grad_w_a[H,N], grad_b_a[N]. `workspace` holds
+// dueling_backward_workspace_elems(...) elements of T.
+std::size_t dueling_backward_workspace_elems(int rows, int hidden, int n_actions, std::size_t elem_size);
+template <typename T>
+void launch_dueling_backward(const T* grad_v, const T* grad_a, const T* grad_q, const T* h, const T* w_v,
+                             const T* w_a, T* grad_h, T* grad_w_v, T* grad_b_v, T* grad_w_a, T* grad_b_a,
+                             T* workspace, int rows, int hidden, int n_actions, cudaStream_t stream);
+
+// y[B] = reward + discount·q_target_next[b, argmax_a q_online_next[b, a]] (first max on ties).
+template <typename T>
+void launch_dueling_bellman_target(const T* q_online_next, const T* q_target_next, const T* reward,
+                                   const T* discount, T* y, int rows, int n_actions, cudaStream_t stream);
+
+// loss[] = mean_b huber_κ(q[b, action_b] − y_b); grad_q[B,N] = d loss / d q. An action outside [0, N)
+// makes the loss NaN.
+template <typename T>
+void launch_dueling_huber_loss(const T* q, const int64_t* action, const T* y, T kappa, T* loss, T* grad_q,
+                               int rows, int n_actions, cudaStream_t stream);
+
+// target[B,Z] = projection of reward + discount·z onto linspace(v_min, v_max, Z).
+template <typename T>
+void launch_c51_project(const T* next_probs, const T* reward, const T* discount, T v_min, T v_max,
+                        T* target, int rows, int n_atoms, cudaStream_t stream);
+
+// loss[] = mean_b Σ_i mean_j |τ_i − 1{u_ij<0}|·huber_κ(u_ij)/κ, u_ij = target_j − θ_i; grad_theta[B,T].
+// `row_loss` is a [B] scratch buffer.
+template <typename T>
+void launch_iqn_quantile_huber_loss(const T* theta, const T* tau, const T* target, T kappa, T* loss,
+                                    T* grad_theta, T* row_loss, int rows, int n_quantiles, int n_targets,
+                                    cudaStream_t stream);
+
+// q_ens[B,N] = w·Σ_z softmax_z(logits[B,N,Z])·support[z] + (1−w)·mean_t quantiles[B,T,N].
+template <typename T>
+void launch_ensemble_q(const T* logits, const T* support, const T* quantiles, T w, T* q_ens, int rows,
+                       int n_actions, int n_atoms, int n_quantiles, cudaStream_t stream);
+
+// grad_logits[B,N,Z] = w·g·p_z·(z − E[z]); grad_quantiles[B,T,N] = (1−w)·g/T.
+template <typename T>
+void launch_ensemble_q_backward(const T* grad, const T* logits, const T* support, T w, T* grad_logits,
+                                T* grad_quantiles, int rows, int n_actions, int n_atoms, int n_quantiles,
+                                cudaStream_t stream);
+
+// GAE over [T,B], one thread per env column, backwards in time.
+template <typename T>
+void launch_gae(const T* rewards, const T* values, const T* next_values, const bool* terminated,
+                const bool* episode_end, T gamma, T lam, T* advantages, T* returns, int steps, int columns,
+                cudaStream_t stream);
+
+// target[i] += tau·(online[i] − target[i]) over the whole flat buffer, one launch.
+template <typename T>
+void launch_soft_update(T* target, const T* online, T tau, std::int64_t n, cudaStream_t stream);
+
+}  // namespace foxhunt
