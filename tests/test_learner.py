@@ -1,0 +1,250 @@
+"""The Learner end to end on CPU at smoke sizes: diag contract, NaN guard, checkpoints, acting, learning."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from foxhunt_ray.presets import preset
+from learner import diag as D
+from learner.learner import Learner
+from learner.network import policy_from_weights
+
+OBS, N = 5, 7
+
+
+def _cfg(**kw):
+    return dataclasses.replace(preset("smoke"), **{"q_batch_size": 16, "replay_min_size": 16, **kw})
+
+
+def _rollout(rng, t_len=6, b=4, version=0):
+    ends = rng.random((t_len, b)) < 0.15
+    valid = np.ones((t_len, b), bool)
+    valid[1:] = ~ends[:-1]
+    return {
+        "obs": rng.standard_normal((t_len + 1, b, OBS)).astype(np.float32),
+        "actions": rng.integers(0, N, (t_len, b)),
+        "rewards": rng.standard_normal((t_len, b)).astype(np.float32),
+        "terminated": ends & valid,
+        "truncated": np.zeros((t_len, b), bool),
+        "behaviour_logp": np.full((t_len, b), -math.log(N), np.float32),
+        "valid": valid,
+        "policy_version": version,
+    }
+
+
+REQUIRED = (
+    "step",
+    "l_c51",
+    "l_iqn",
+    "l_pi",
+    "l_v",
+    "l_distill",
+    "l_dueling",
+    "qpa",
+    "v_dq_mean",
+    "v_scalar_mean",
+    "nan_abort_step",
+    "entropy",
+    "approx_kl",
+    "clip_frac",
+    "grad_norm/encoder",
+    "grad_norm/c51",
+    "grad_norm/iqn",
+    "grad_norm/pi",
+    "grad_norm/v",
+    "grad_norm/dueling",
+    "policy_lag",
+)
+
+
+@pytest.mark.parametrize("mode", ["off", "diagnostic", "baseline"])
+def test_update_returns_every_diag_key_finite(mode):
+    lrn = Learner(_cfg(dueling_mode=mode), obs_dim=OBS, n_actions=N, seed=0)
+    rng = np.random.default_rng(0)
+    before = lrn.main.flat.detach().clone()
+    for i in range(3):
+        d = lrn.update(_rollout(rng, version=max(i - 1, 0)))
+    assert set(REQUIRED) <= set(d)
+    assert all(isinstance(v, float) and math.isfinite(v) for v in d.values()), d
+    assert d[D.STEP] == 3 and d[D.NAN_ABORT_STEP] == 0 and d[D.Q_TRAINED] == 1 and d[D.POLICY_LAG] == 1
+    assert d[D.L_C51] > 0 and d[D.L_IQN] > 0 and (d[D.L_DUELING] > 0) == (mode != "off")
+    assert not torch.equal(before, lrn.main.flat)
+
+
+def test_q_losses_wait_for_replay_min_size():
+    lrn = Learner(_cfg(replay_min_size=1000), obs_dim=OBS, n_actions=N)
+    d = lrn.update(_rollout(np.random.default_rng(0)))
+    assert d[D.Q_TRAINED] == 0 and d[D.L_C51] == 0 and d[D.L_DUELING] == 0 and d[D.L_PI] != 0
+
+
+def test_injected_nan_step_is_never_applied():
+    lrn = Learner(_cfg(inject_nan_at=3), obs_dim=OBS, n_actions=N)
+    rng = np.random.default_rng(1)
+    for _ in range(2):
+        assert lrn.update(_rollout(rng))[D.NAN_ABORT_STEP] == 0
+    flat, target = lrn.main.flat.detach().clone(), lrn.main.target_flat.detach().clone()
+    duel = lrn.dueling.flat.detach().clone()
+    adam = {k: v.clone() for k, v in lrn.main.opt.state[lrn.main.flat].items()}
+    d = lrn.update(_rollout(rng))
+    assert d[D.NAN_ABORT_STEP] == 3 and d[D.STEP] == 3
+    assert torch.equal(flat, lrn.main.flat) and torch.equal(target, lrn.main.target_flat)
+    assert torch.equal(duel, lrn.dueling.flat)
+    for k, v in lrn.main.opt.state[lrn.main.flat].items():
+        assert torch.equal(v, adam[k]), k
+    assert lrn.update(_rollout(rng))[D.NAN_ABORT_STEP] == 3  # sticky: the run is to be killed
+
+
+def test_non_finite_parameters_after_a_step_are_rolled_back():
+    lrn = Learner(_cfg(), obs_dim=OBS, n_actions=N)
+    rng = np.random.default_rng(2)
+    lrn.update(_rollout(rng))
+    flat = lrn.main.flat.detach().clone()
+    with torch.no_grad():  # a huge lr makes Adam's step overflow float32 from finite gradients
+        lrn.main.opt.param_groups[0]["lr"] = 1e30
+        lrn.main.opt.state[lrn.main.flat]["exp_avg"].fill_(1e30)
+    d = lrn.update(_rollout(rng))
+    assert d[D.NAN_ABORT_STEP] == 2 and torch.equal(flat, lrn.main.flat)
+
+
+def test_soft_update_moves_targets_by_tau():
+    lrn = Learner(_cfg(polyak_tau=0.25), obs_dim=OBS, n_actions=N)
+    rng = np.random.default_rng(3)
+    lrn.update(_rollout(rng))
+    t0, d0 = lrn.main.target_flat.detach().clone(), lrn.dueling.target_flat.detach().clone()
+    lrn.update(_rollout(rng))
+    assert torch.allclose(lrn.main.target_flat, t0 + 0.25 * (lrn.main.flat - t0), atol=1e-6)
+    assert torch.allclose(lrn.dueling.target_flat, d0 + 0.25 * (lrn.dueling.flat - d0), atol=1e-6)
+    # the module views see the flat buffers: the target net's first weight is the flat buffer's head
+    w = lrn.main.target.encoder[0].weight
+    assert torch.equal(w.reshape(-1), lrn.main.target_flat[: w.numel()])
+
+
+def test_building_a_learner_leaves_the_global_rng_alone():
+    torch.manual_seed(123)
+    want = torch.rand(3)
+    torch.manual_seed(123)
+    Learner(_cfg(), obs_dim=OBS, n_actions=N, seed=5)
+    assert torch.equal(torch.rand(3), want)
+
+
+def test_checkpoint_round_trip_resumes_bit_exactly():
+    rng = np.random.default_rng(4)
+    batches = [_rollout(rng, version=i) for i in range(6)]
+    a = Learner(_cfg(), obs_dim=OBS, n_actions=N, seed=1)
+    for b in batches[:3]:
+        a.update(b)
+    buf = io.BytesIO()
+    torch.save(a.state_dict(), buf)
+    buf.seek(0)
+    b_ = Learner(_cfg(), obs_dim=OBS, n_actions=N, seed=99)  # different seed: everything must come from disk
+    b_.load_state_dict(torch.load(buf, weights_only=True))
+    for b in batches[3:]:
+        da, db = a.update(b), b_.update(b)
+        assert da == db
+    for x, y in ((a.main, b_.main), (a.dueling, b_.dueling)):
+        assert torch.equal(x.flat, y.flat) and torch.equal(x.target_flat, y.target_flat)
+    with pytest.raises(ValueError, match=r"config fields differ \['hidden_dim'\]"):
+        Learner(_cfg(hidden_dim=16), obs_dim=OBS, n_actions=N).load_state_dict(a.state_dict())
+    with pytest.raises(ValueError, match="not a learner checkpoint"):
+        a.load_state_dict({"format": "something else"})
+
+
+def test_policy_weights_rebuild_the_policy_and_act():
+    lrn = Learner(_cfg(), obs_dim=OBS, n_actions=N)
+    lrn.update(_rollout(np.random.default_rng(5)))
+    w = lrn.policy_weights()
+    assert w["version"] == 1 and all(k.startswith(("encoder.", "pi.")) for k in w["state"])
+    pol = policy_from_weights(w)
+    obs = np.random.default_rng(6).standard_normal((10, OBS)).astype(np.float32)
+    with torch.no_grad():
+        want = lrn.net.pi(lrn.net.encoder(torch.tensor(obs)))
+    assert torch.equal(pol(torch.tensor(obs)), want)
+    action, logp = pol.act(obs, generator=torch.Generator().manual_seed(0))
+    assert action.dtype == np.int64 and logp.dtype == np.float32 and action.shape == logp.shape == (10,)
+    assert np.allclose(logp, torch.log_softmax(want, -1).numpy()[np.arange(10), action], atol=1e-6)
+    greedy, _ = pol.act(obs, greedy=True)
+    assert np.array_equal(greedy, want.argmax(-1).numpy())
+    with pytest.raises(ValueError, match="obs must be"):
+        pol.act(obs[0])
+
+
+def test_bad_learner_arguments_are_reported_together():
+    with pytest.raises(ValueError) as e:
+        Learner(_cfg(lr=-1.0), obs_dim=0, n_actions=1)
+    msg = str(e.value)
+    assert "learner.lr=-1.0 must be > 0" in msg and "obs_dim=0" in msg and "n_actions=1" in msg
+
+
+def _bandit_rollout(pol, rng, gen, t_len=8, b=16, version=0):
+    """3-context, 3-action bandit, one-step episodes with NEXT_STEP autoreset: best action = context."""
+    obs = np.zeros((t_len + 1, b, 3), np.float32)
+    ctx = rng.integers(0, 3, (t_len + 1, b))
+    obs[np.arange(t_len + 1)[:, None], np.arange(b)[None], ctx] = 1.0
+    real = (np.arange(t_len) % 2 == 0)[:, None].repeat(b, 1)  # even t: a bandit pull; odd t: the reset
+    actions, logp = pol.act(obs[:-1].reshape(-1, 3), generator=gen)
+    actions, logp = actions.reshape(t_len, b), logp.reshape(t_len, b)
+    rewards = np.where(real & (actions == ctx[:-1]), 1.0, 0.0).astype(np.float32)
+    return {
+        "obs": obs,
+        "actions": actions,
+        "rewards": rewards,
+        "terminated": real.copy(),
+        "truncated": np.zeros_like(real),
+        "behaviour_logp": logp,
+        "valid": real.copy(),
+        "policy_version": version,
+    }
+
+
+def test_learns_a_contextual_bandit_and_q_agrees_with_pi():
+    cfg = dataclasses.replace(
+        preset("smoke"),
+        lr=3e-3,
+        dueling_lr=3e-3,
+        q_batch_size=64,
+        replay_min_size=64,
+        entropy_coef=0.001,
+        v_min=-2.0,
+        v_max=2.0,
+    )
+    lrn = Learner(cfg, obs_dim=3, n_actions=3, seed=0)
+    rng, gen = np.random.default_rng(0), torch.Generator().manual_seed(0)
+    qpas = []
+    for i in range(150):
+        pol = policy_from_weights(lrn.policy_weights())
+        qpas.append(lrn.update(_bandit_rollout(pol, rng, gen, version=i))[D.QPA])
+    eye = torch.eye(3)
+    with torch.no_grad():
+        h = lrn.net.encoder(eye)
+        q = lrn.net.q_ens(h, lrn.support, cfg.ensemble_w, cfg.iqn_taus)
+        pi = lrn.net.pi(h)
+    assert q.argmax(-1).tolist() == [0, 1, 2] and pi.argmax(-1).tolist() == [0, 1, 2]
+    assert torch.softmax(pi, -1).diagonal().min() > 0.9
+    assert np.mean(qpas[-20:]) > 0.5
+
+
+def test_flipped_distillation_collapses_qpa():
+    """The fault the kill rule exists for: pi taught against Q drives qpa towards -1."""
+    cfg = dataclasses.replace(
+        preset("smoke"),
+        lr=3e-3,
+        q_batch_size=64,
+        replay_min_size=64,
+        distill_coef=5.0,
+        flip_distill_sign=True,
+        v_min=-2.0,
+        v_max=2.0,
+    )
+    lrn = Learner(cfg, obs_dim=3, n_actions=3, seed=0)
+    rng, gen = np.random.default_rng(1), torch.Generator().manual_seed(1)
+    qpas = []
+    for i in range(100):
+        pol = policy_from_weights(lrn.policy_weights())
+        qpas.append(lrn.update(_bandit_rollout(pol, rng, gen, version=i))[D.QPA])
+    assert np.mean(qpas[-20:]) < -0.3

@@ -1,0 +1,241 @@
+"""The learner's loss functions, qpa, n-step returns, batch validation, replay and config, on hand cases."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from foxhunt_ray.presets import PRESET_NAMES, preset
+from learner import losses as L
+from learner.config import LearnerConfig
+from learner.diag import qpa
+from learner.replay import ReplayBuffer, Rollout, nstep_transitions, rollout_from_batch
+
+
+def test_c51_cross_entropy_matches_hand_sum():
+    logits = torch.tensor([[0.0, 1.0, 2.0], [1.0, 1.0, 1.0]])
+    target = torch.tensor([[0.2, 0.3, 0.5], [1.0, 0.0, 0.0]])
+    p = logits.softmax(-1)
+    want = -((target * p.log()).sum(-1)).mean()
+    assert torch.allclose(L.c51_cross_entropy(logits, target), want)
+    assert math.isclose(L.c51_cross_entropy(logits[1:], target[1:]).item(), math.log(3), rel_tol=1e-6)
+
+
+def test_ppo_clip_loss_unclipped_and_clipped():
+    adv = torch.tensor([1.0, -1.0, 2.0])
+    behaviour = torch.log(torch.tensor([0.5, 0.5, 0.5]))
+    same = behaviour.clone().requires_grad_()
+    loss, kl, clip_frac = L.ppo_clip_loss(same, behaviour, adv, 0.2)
+    assert math.isclose(loss.item(), -adv.mean().item(), rel_tol=1e-6)
+    assert kl.item() == 0.0 and clip_frac.item() == 0.0
+    # ratio 2 on every row: positive advantages are clipped at 1.2, the negative one keeps min(2*-1, 1.2*-1).
+    doubled = torch.log(torch.tensor([1.0, 1.0, 1.0])).requires_grad_()
+    loss, kl, clip_frac = L.ppo_clip_loss(doubled, behaviour, adv, 0.2)
+    assert math.isclose(loss.item(), -(1.2 * 1 + 2 * -1 + 1.2 * 2) / 3, rel_tol=1e-6)
+    assert clip_frac.item() == 1.0 and kl.item() > 0
+    loss.backward()  # clipped rows with positive advantage get no gradient; the negative one does
+    assert doubled.grad[0] == 0 and doubled.grad[2] == 0 and doubled.grad[1] != 0
+
+
+def test_entropy_and_distill_kl():
+    assert math.isclose(L.entropy(torch.zeros(4, 5)).item(), math.log(5), rel_tol=1e-6)
+    q = torch.tensor([[1.0, 2.0, 0.5]], requires_grad=True)
+    t = 0.5
+    logits = (q.detach() / t).clone().requires_grad_()
+    assert abs(L.distill_kl(q, logits, t).item()) < 1e-6  # pi == softmax(q/T): no disagreement
+    other = torch.zeros(1, 3, requires_grad=True)
+    kl = L.distill_kl(q, other, t)
+    p = (q.detach() / t).softmax(-1)
+    assert torch.allclose(kl, (p * (p.log() - math.log(1 / 3))).sum())
+    kl.backward()
+    assert q.grad is None and other.grad is not None  # q_ens is the teacher: detached
+
+
+def test_value_mse_and_dueling_loss_use_double_dqn_target():
+    assert L.value_mse(torch.tensor([1.0, 3.0]), torch.tensor([0.0, 1.0])).item() == 2.5
+    q = torch.tensor([[0.0, 5.0]], requires_grad=True)
+    q_online_next = torch.tensor([[1.0, 0.0]])  # a* = 0 by the online net...
+    q_target_next = torch.tensor([[0.25, 9.0]])  # ...so the target net's 9.0 must not be used
+    loss = L.dueling_loss(
+        q, torch.tensor([0]), q_online_next, q_target_next, torch.tensor([0.5]), torch.tensor([0.9]), 1.0
+    )
+    y = 0.5 + 0.9 * 0.25
+    assert math.isclose(loss.item(), 0.5 * y * y, rel_tol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("q", "log_pi", "want"),
+    [
+        ([[1.0, 2.0, 3.0]], [[-3.0, -2.0, -1.0]], 1.0),
+        ([[1.0, 2.0, 3.0]], [[-1.0, -2.0, -3.0]], -1.0),
+        ([[1.0, 1.0, 1.0]], [[-1.0, -2.0, -3.0]], 0.0),  # no spread in q: counts 0, never NaN
+        ([[1.0, 2.0, 3.0], [0.0, 1.0, 0.0]], [[-3.0, -3.0, -3.0], [-2.0, -1.0, -2.0]], 0.5),
+    ],
+)
+def test_qpa_pearson_per_state(q, log_pi, want):
+    assert math.isclose(qpa(torch.tensor(q), torch.tensor(log_pi)).item(), want, abs_tol=1e-6)
+
+
+def test_qpa_is_scale_and_shift_invariant():
+    g = torch.Generator().manual_seed(0)
+    q, lp = torch.randn(16, 5, generator=g), torch.randn(16, 5, generator=g)
+    assert torch.allclose(qpa(q, lp), qpa(3 * q + 7, 0.5 * lp - 2), atol=1e-6)
+    with pytest.raises(ValueError, match="one shape"):
+        qpa(q, lp[:, :4])
+
+
+def _naive_nstep(r: Rollout, gamma: float, n: int):
+    t_len, b = r.rewards.shape
+    out = []
+    for bi in range(b):
+        for t in range(t_len):
+            if not r.valid[t, bi]:
+                continue
+            ret, m = 0.0, 0
+            while True:
+                ret += gamma**m * float(r.rewards[t + m, bi])
+                m += 1
+                k = t + m - 1
+                if r.terminated[k, bi] or r.truncated[k, bi] or m == n or t + m == t_len:
+                    break
+            disc = 0.0 if r.terminated[t + m - 1, bi] else gamma**m
+            out.append((t, bi, ret, disc, t + m))
+    return out
+
+
+def _random_rollout(seed: int, t_len=9, b=3, d=2) -> Rollout:
+    rng = np.random.default_rng(seed)
+    ends = rng.random((t_len, b)) < 0.25
+    term = ends & (rng.random((t_len, b)) < 0.5)
+    trunc = ends & ~term
+    valid = np.ones((t_len, b), bool)
+    valid[1:] = ~ends[:-1]  # NEXT_STEP autoreset: the step after an episode end is not a transition
+    term, trunc = term & valid, trunc & valid
+    rewards = np.where(valid, rng.standard_normal((t_len, b)), 0).astype(np.float32)
+    obs = np.arange((t_len + 1) * b * d, dtype=np.float32).reshape(t_len + 1, b, d)
+    return Rollout(
+        obs=torch.tensor(obs),
+        actions=torch.zeros(t_len, b, dtype=torch.int64),
+        rewards=torch.tensor(rewards),
+        terminated=torch.tensor(term),
+        truncated=torch.tensor(trunc),
+        behaviour_logp=torch.zeros(t_len, b),
+        valid=torch.tensor(valid),
+        policy_version=0,
+    )
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("n", [1, 3])
+def test_nstep_transitions_match_a_plain_loop(seed, n):
+    r = _random_rollout(seed)
+    gamma = 0.9
+    tr = nstep_transitions(r, gamma, n, reward_scale=1.0)
+    want = _naive_nstep(r, gamma, n)
+    # nstep_transitions emits valid steps in (t, b) row-major order; the loop went (b, t): sort both.
+    want.sort(key=lambda x: (x[0], x[1]))
+    assert tr["ret"].shape[0] == len(want)
+    for i, (t, bi, ret, disc, nxt) in enumerate(want):
+        assert math.isclose(tr["ret"][i].item(), ret, rel_tol=1e-5, abs_tol=1e-6)
+        assert math.isclose(tr["discount"][i].item(), disc, rel_tol=1e-6)
+        assert torch.equal(tr["obs"][i], r.obs[t, bi]) and torch.equal(tr["next_obs"][i], r.obs[nxt, bi])
+
+
+def _batch(t_len=4, b=2, d=3):
+    return {
+        "obs": np.zeros((t_len + 1, b, d), np.float32),
+        "actions": np.zeros((t_len, b), np.int64),
+        "rewards": np.zeros((t_len, b), np.float32),
+        "terminated": np.zeros((t_len, b), bool),
+        "truncated": np.zeros((t_len, b), bool),
+        "behaviour_logp": np.zeros((t_len, b), np.float32),
+        "valid": np.ones((t_len, b), bool),
+        "policy_version": 0,
+    }
+
+
+def test_rollout_validation_names_every_problem():
+    rollout_from_batch(_batch(), obs_dim=3, n_actions=2, device=torch.device("cpu"))
+    bad = _batch()
+    bad["actions"] = bad["actions"].astype(np.int32)
+    bad["rewards"] = np.zeros((5, 2), np.float32)
+    bad["policy_version"] = -1
+    with pytest.raises(ValueError) as e:
+        rollout_from_batch(bad, obs_dim=3, n_actions=2, device=torch.device("cpu"))
+    msg = str(e.value)
+    assert "batch['actions'].dtype=torch.int32 must be torch.int64" in msg
+    assert "batch['rewards'].shape=(5, 2) must be [T, B]=(4, 2)" in msg
+    assert "policy_version" in msg
+    with pytest.raises(ValueError, match=r"missing \['valid'\]"):
+        rollout_from_batch(
+            {k: v for k, v in _batch().items() if k != "valid"},
+            obs_dim=3,
+            n_actions=2,
+            device=torch.device("cpu"),
+        )
+    with pytest.raises(ValueError, match=r"obs_dim=4"):
+        rollout_from_batch(_batch(), obs_dim=4, n_actions=2, device=torch.device("cpu"))
+    oob = _batch()
+    oob["actions"][0, 0] = 2
+    with pytest.raises(ValueError, match=r"\[0, 2\)"):
+        rollout_from_batch(oob, obs_dim=3, n_actions=2, device=torch.device("cpu"))
+    nan = _batch()
+    nan["rewards"][1, 1] = np.nan
+    with pytest.raises(ValueError, match=r"rewards.*NaN"):
+        rollout_from_batch(nan, obs_dim=3, n_actions=2, device=torch.device("cpu"))
+
+
+def test_replay_ring_wraps_and_samples_only_stored_rows():
+    rb = ReplayBuffer(capacity=5, obs_dim=1, device=torch.device("cpu"), seed=0)
+    for start in (0, 3):
+        n = 3
+        rb.add(
+            {
+                "obs": torch.arange(start, start + n, dtype=torch.float32)[:, None],
+                "action": torch.arange(start, start + n),
+                "ret": torch.zeros(n),
+                "discount": torch.ones(n),
+                "next_obs": torch.zeros(n, 1),
+            }
+        )
+    assert len(rb) == 5 and rb.cursor == 1
+    assert rb.data["action"].tolist() == [5, 1, 2, 3, 4]  # row 0 was overwritten by the 6th transition
+    s = rb.sample(200)
+    assert set(s["action"].tolist()) == {1, 2, 3, 4, 5}
+    assert torch.equal(s["obs"][:, 0], s["action"].float())
+
+
+def test_config_errors_name_each_bad_value():
+    assert LearnerConfig().errors() == []
+    errs = LearnerConfig(
+        hidden_dim=0, lr=-1.0, v_min=5.0, v_max=1.0, dueling_mode="x", gamma=2.0, inject_nan_at=0
+    ).errors()
+    for want in (
+        "learner.hidden_dim=0 must be an int >= 1",
+        "learner.lr=-1.0 must be > 0",
+        "learner.v_max=1.0 must be > learner.v_min=5.0",
+        "learner.gamma=2.0 must be in [0, 1]",
+        "learner.dueling_mode='x' must be one of",
+        "learner.inject_nan_at=0",
+    ):
+        assert any(e.startswith(want) for e in errs), (want, errs)
+    assert any("q_batch_size" in e for e in LearnerConfig(q_batch_size=10, replay_capacity=5).errors())
+
+
+def test_presets():
+    assert set(PRESET_NAMES) == {"plan_a_v2", "phase4_2", "phase4_3", "smoke"}
+    for name in PRESET_NAMES:
+        assert preset(name).errors() == []
+    assert preset("plan_a_v2").hidden_dim == 512
+    modes = {n: preset(n).dueling_mode for n in ("plan_a_v2", "phase4_2", "phase4_3")}
+    assert modes == {"plan_a_v2": "off", "phase4_2": "diagnostic", "phase4_3": "baseline"}
+    base = dataclasses.asdict(preset("plan_a_v2"))
+    for n in ("phase4_2", "phase4_3"):  # the phase 4 presets differ from the baseline in dueling_mode only
+        diff = {k for k, v in dataclasses.asdict(preset(n)).items() if base[k] != v}
+        assert diff == {"dueling_mode"}
+    with pytest.raises(ValueError, match=r"unknown preset 'nope'; valid presets: \['plan_a_v2'"):
+        preset("nope")
