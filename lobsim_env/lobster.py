@@ -1,0 +1,442 @@
+"""Load and validate one LOBSTER day (message file + orderbook file) into integer numpy arrays.
+
+The format is LOBSTER's own (../shared/data/lobster/LOBSTER_SampleFiles_ReadMe.txt); the validation rules and
+their error messages are written out in docs/lobster.md.
+
+Parsing is vectorised so that a day loads at millions of rows per second on one core: each zip member is read
+into memory (no extraction to disk), newlines become commas with a sentinel value appended to every line, and
+`np.fromstring` parses the whole file at once. A line with a missing or extra field shifts the sentinel out of
+its column, so field counts are checked exactly without a per-line Python loop. Whenever the fast path sees
+anything it does not expect, a plain line-by-line parser takes over: it either parses the file exactly (e.g.
+a timestamp without a decimal point) or raises `LobsterFormatError` naming file, row, column and value.
+"""
+
+from __future__ import annotations
+
+import re
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+TICK = 100
+"""LOBSTER prices are dollars * 10000; US equities trade on a one-cent grid, i.e. multiples of 100."""
+DUMMY_ASK_PRICE = 9_999_999_999
+DUMMY_BID_PRICE = -9_999_999_999
+EVENT_TYPES = (1, 2, 3, 4, 5, 7)
+MESSAGE_COLUMNS = ("time", "type", "order_id", "size", "price", "direction")
+
+# A value that is invalid in every column of both files (prices are multiples of 50 or dummies, sizes >= 0,
+# directions +-1, halt prices -1/0/1), appended to every line so that field-count errors become visible.
+_SENTINEL = -7
+_SENTINEL_TEXT = b",-7,"
+_MAX_DECIMALS = 18  # beyond 9 only float-print noise; 18 keeps the fraction inside int64
+_INT64_LIMITS = (np.iinfo(np.int64).min, np.iinfo(np.int64).max)
+_NAME = re.compile(
+    r"^(?P<ticker>[^_]+)_(?P<date>\d{4}-\d{2}-\d{2})_(?P<start>\d+)_(?P<end>\d+)_"
+    r"(?P<kind>message|orderbook)_(?P<levels>\d+)\.csv$"
+)
+
+
+class LobsterFormatError(ValueError):
+    """A LOBSTER file that does not follow the format; the message names file, row, column and value."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class LobsterDay:
+    """One ticker-day of LOBSTER data, all integers. Row k of `book` is the visible book after message k."""
+
+    ticker: str
+    date: str
+    """Trading day, YYYY-MM-DD."""
+    levels: int
+    """Visible levels per side in `book` (and the depth the message file was cut to)."""
+    time_ns: np.ndarray
+    """int64[M]: nanoseconds after midnight, parsed exactly from the decimal seconds."""
+    event_type: np.ndarray
+    """int8[M]: 1 submit, 2 partial cancel, 3 delete, 4 visible execution, 5 hidden execution, 7 halt."""
+    order_id: np.ndarray
+    """int64[M]."""
+    size: np.ndarray
+    """int64[M]: shares (0 only for halts)."""
+    price: np.ndarray
+    """int64[M]: dollars * 10000."""
+    direction: np.ndarray
+    """int8[M]: +1 buy order (bid side), -1 sell order (ask side)."""
+    book: np.ndarray | None
+    """int64[M, 4*levels]: ask_p1, ask_s1, bid_p1, bid_s1, ask_p2, ...; None without an orderbook file.
+    Empty levels hold price DUMMY_BID_PRICE / DUMMY_ASK_PRICE and size 0."""
+    source: Path
+    """The zip or message CSV this day was loaded from."""
+
+    @property
+    def n_messages(self) -> int:
+        return int(self.time_ns.shape[0])
+
+
+def load_day(path: str | Path, *, levels: int | None = None) -> LobsterDay:
+    """Load a LOBSTER sample zip, or a message CSV (its orderbook CSV beside it is used when present).
+
+    `levels` defaults to the depth in the file name; a smaller value keeps only the top `levels` of the
+    orderbook (the replay then treats messages beyond that depth as invisible). Raises LobsterFormatError
+    for anything malformed, FileNotFoundError for a missing path.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such file; pass a LOBSTER zip or a *_message_<L>.csv file")
+    if path.suffix.lower() == ".zip":
+        msg_name, msg_text, ob_name, ob_text = _read_zip(path)
+    elif path.suffix.lower() == ".csv":
+        msg_name, ob_name = path.name, None
+        msg_text = path.read_bytes()
+        ob_path = path.with_name(path.name.replace("_message_", "_orderbook_"))
+        ob_text = None
+        if "_message_" in path.name and ob_path.exists():
+            ob_name, ob_text = ob_path.name, ob_path.read_bytes()
+    else:
+        raise LobsterFormatError(f"{path}: expected a LOBSTER .zip or a *_message_<L>.csv file")
+    meta = _name_fields(msg_name, "message", where=str(path))
+    file_levels = int(meta["levels"])
+    if levels is None:
+        levels = file_levels
+    if not isinstance(levels, int) or isinstance(levels, bool) or not 1 <= levels <= file_levels:
+        raise LobsterFormatError(
+            f"{path}: levels={levels!r} must be an integer in 1..{file_levels} (the file's depth)"
+        )
+    label = _label(path, msg_name)
+    cols = _parse_messages(msg_text, label)
+    time_ns, event_type, order_id, size, price, direction = cols
+    _validate_messages(label, time_ns, event_type, order_id, size, price, direction)
+    book = None
+    if ob_text is not None:
+        ob_label = _label(path, ob_name)
+        book = _parse_table(ob_text, 4 * file_levels, ob_label)
+        if book.shape[0] != time_ns.shape[0]:
+            raise LobsterFormatError(
+                f"{ob_label}: {book.shape[0]} rows but the message file {msg_name} has {time_ns.shape[0]}; "
+                "row k of the orderbook file must be the book after message k (use the matching pair)"
+            )
+        _validate_book(ob_label, book, file_levels)
+        if levels < file_levels:
+            book = np.ascontiguousarray(book[:, : 4 * levels])
+    return LobsterDay(
+        ticker=meta["ticker"],
+        date=meta["date"],
+        levels=levels,
+        time_ns=time_ns,
+        event_type=event_type,
+        order_id=order_id,
+        size=size,
+        price=price,
+        direction=direction,
+        book=book,
+        source=path,
+    )
+
+
+def _label(path: Path, member: str) -> str:
+    return f"{member} (in {path.name})" if path.suffix.lower() == ".zip" else str(path.with_name(member))
+
+
+def _name_fields(name: str, kind: str, *, where: str) -> dict[str, str]:
+    m = _NAME.match(Path(name).name)
+    if m is None or m["kind"] != kind:
+        raise LobsterFormatError(
+            f"{where}: file name {name!r} is not a LOBSTER {kind} file name; expected "
+            f"TICKER_YYYY-MM-DD_START_END_{kind}_LEVELS.csv (ticker, date and depth are read from it)"
+        )
+    return m.groupdict()
+
+
+def _read_zip(path: Path) -> tuple[str, bytes, str, bytes]:
+    try:
+        zf = zipfile.ZipFile(path)
+    except zipfile.BadZipFile as e:
+        raise LobsterFormatError(f"{path}: not a readable zip archive ({e})") from e
+    with zf:
+        names = zf.namelist()
+        found = {}
+        for kind in ("message", "orderbook"):
+            hits = [n for n in names if _NAME.match(Path(n).name) and _NAME.match(Path(n).name)["kind"] == kind]
+            if len(hits) != 1:
+                raise LobsterFormatError(
+                    f"{path}: expected exactly one *_{kind}_<L>.csv member, found {len(hits)} among {names}; "
+                    "a LOBSTER zip holds one message file and its orderbook file"
+                )
+            found[kind] = hits[0]
+        msg, ob = _NAME.match(Path(found["message"]).name), _NAME.match(Path(found["orderbook"]).name)
+        if msg.group("ticker", "date", "start", "end", "levels") != ob.group(
+            "ticker", "date", "start", "end", "levels"
+        ):
+            raise LobsterFormatError(
+                f"{path}: members {found['message']!r} and {found['orderbook']!r} are not a pair "
+                "(ticker, date, window and levels must agree)"
+            )
+        return found["message"], zf.read(found["message"]), found["orderbook"], zf.read(found["orderbook"])
+
+
+# --------------------------------------------------------------------------------------------------- parsing
+
+
+def _lines_array(text: bytes) -> tuple[bytes, np.ndarray, np.ndarray]:
+    """Normalise line ends; return text, and start and end (newline) offsets of each line."""
+    if b"\r" in text:
+        text = text.replace(b"\r\n", b"\n")
+    if text and not text.endswith(b"\n"):
+        text += b"\n"
+    buf = np.frombuffer(text, np.uint8)
+    ends = np.flatnonzero(buf == 10)
+    starts = np.empty_like(ends)
+    starts[:1] = 0
+    starts[1:] = ends[:-1] + 1
+    return text, starts, ends
+
+
+def _fast_ints(text: bytes, ncols: int, nrows: int) -> np.ndarray | None:
+    """Parse `nrows` lines of exactly `ncols` plain integers, or None if the text is anything else."""
+    if nrows == 0:
+        return np.zeros((0, ncols), np.int64)
+    try:
+        flat = np.fromstring(text.replace(b"\n", _SENTINEL_TEXT), dtype=np.int64, sep=",")
+    except ValueError:
+        return None
+    if flat.size != nrows * (ncols + 1):
+        return None
+    table = flat.reshape(nrows, ncols + 1)
+    if not (table[:, ncols] == _SENTINEL).all():
+        return None
+    values = table[:, :ncols]
+    # np.fromstring saturates out-of-range integers instead of failing; let the slow path name them.
+    if (values == _INT64_LIMITS[0]).any() or (values == _INT64_LIMITS[1]).any():
+        return None
+    return values
+
+
+def _parse_table(text: bytes, ncols: int, label: str) -> np.ndarray:
+    """An integer CSV table (the orderbook file)."""
+    if b"\r" in text:
+        text = text.replace(b"\r\n", b"\n")
+    if text and not text.endswith(b"\n"):
+        text += b"\n"
+    values = _fast_ints(text, ncols, text.count(b"\n"))
+    # The fast path returns a view that skips the sentinel column; copying it would cost more than the
+    # strided access does downstream.
+    return values if values is not None else _slow_table(text, ncols, label)
+
+
+def _parse_messages(text: bytes, label: str) -> tuple[np.ndarray, ...]:
+    text, starts, ends = _lines_array(text)
+    m = starts.size
+    if m == 0:
+        raise LobsterFormatError(f"{label}: the message file is empty; expected one message per line")
+    cols = _fast_messages(text, starts, ends)
+    if cols is None:
+        cols = _slow_messages(text, label)
+    time_ns, table = cols
+    return (
+        time_ns,
+        _narrow(table[:, 0], np.int8, label, 2),
+        table[:, 1].copy(),
+        table[:, 2].copy(),
+        table[:, 3].copy(),
+        _narrow(table[:, 4], np.int8, label, 6),
+    )
+
+
+def _fast_messages(text: bytes, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """Every line `S.F,type,id,size,price,dir` with one decimal point in the time field; else None."""
+    m = starts.size
+    buf = np.frombuffer(text, np.uint8)
+    dots = np.flatnonzero(buf == 46)
+    if dots.size != m:
+        return None
+    commas = np.flatnonzero(buf == 44)
+    if commas.size != 5 * m:
+        return None
+    commas = commas.reshape(m, 5)
+    # Sorted positions with exactly one dot and five commas per line: check each falls in its own line.
+    if not ((dots > starts).all() and (commas[:, 0] > dots + 1).all() and (commas[:, 4] < ends).all()):
+        return None
+    if m > 1 and not (commas[:-1, 4] < starts[1:]).all():
+        return None
+    frac_digits = commas[:, 0] - dots - 1
+    if frac_digits.max() > _MAX_DECIMALS:
+        return None
+    values = _fast_ints(text.replace(b".", b","), 7, m)
+    if values is None:
+        return None
+    seconds, frac = values[:, 0], values[:, 1]
+    if (seconds < 0).any() or (frac < 0).any() or (dots - starts > 6).any():
+        return None  # signs or absurd magnitudes: the slow path names them
+    return seconds * 1_000_000_000 + _frac_to_ns(frac, frac_digits), values[:, 2:]
+
+
+def _frac_to_ns(frac: np.ndarray, digits: np.ndarray) -> np.ndarray:
+    """Decimal fraction (integer value, digit count) to nanoseconds, rounding beyond the 9th decimal.
+
+    LOBSTER files carry at most 9 meaningful decimals, but some rows were printed through a binary float
+    (AMZN 2012-06-21 level 5, row 67823: 43002.632812672004); round those to the nearest nanosecond."""
+    ns = frac * 10 ** np.maximum(9 - digits, 0)
+    long = digits > 9
+    if long.any():
+        scale = 10 ** (digits[long] - 9)
+        ns[long] = (frac[long] + scale // 2) // scale
+    return ns
+
+
+def _narrow(col: np.ndarray, dtype: type, label: str, column: int) -> np.ndarray:
+    info = np.iinfo(dtype)
+    bad = np.flatnonzero((col < info.min) | (col > info.max))
+    if bad.size:
+        i = int(bad[0])
+        raise LobsterFormatError(
+            f"{label}: row {i + 1}, column {column} ({MESSAGE_COLUMNS[column - 1]}): value {col[i]} "
+            f"is out of range; expected {_EXPECT[column - 1]}"
+        )
+    return col.astype(dtype)
+
+
+_EXPECT = (
+    f"non-negative decimal seconds after midnight (at most 6 integer digits, {_MAX_DECIMALS} decimals)",
+    f"an event type in {EVENT_TYPES}",
+    "a non-negative integer order id",
+    "a positive integer number of shares (0 for a halt, type 7)",
+    f"an integer price in dollars*10000, a multiple of {TICK} (of {TICK // 2} for a hidden execution, type 5)",
+    "a direction of 1 (buy) or -1 (sell)",
+)
+
+
+def _row_error(label: str, row: int, column: int, value: object, expected: str) -> LobsterFormatError:
+    return LobsterFormatError(f"{label}: row {row}, column {column}: value {value!r}; expected {expected}")
+
+
+def _slow_table(text: bytes, ncols: int, label: str) -> np.ndarray:
+    out = np.empty((text.count(b"\n"), ncols), np.int64)
+    for i, line in enumerate(text.split(b"\n")[:-1]):
+        fields = line.split(b",")
+        if len(fields) != ncols:
+            raise LobsterFormatError(
+                f"{label}: row {i + 1} has {len(fields)} columns, expected {ncols}: {line[:120]!r}"
+            )
+        for j, f in enumerate(fields):
+            out[i, j] = _int_field(f, label, i + 1, j + 1, "an integer")
+    return out
+
+
+def _int_field(field: bytes, label: str, row: int, column: int, expected: str) -> int:
+    s = field.strip()
+    if not re.fullmatch(rb"[+-]?\d+", s):
+        raise _row_error(label, row, column, field.decode(errors="replace"), expected)
+    v = int(s)
+    if not _INT64_LIMITS[0] < v < _INT64_LIMITS[1]:
+        raise _row_error(label, row, column, field.decode(errors="replace"), expected + " (fits in int64)")
+    return v
+
+
+def _slow_messages(text: bytes, label: str) -> tuple[np.ndarray, np.ndarray]:
+    lines = text.split(b"\n")[:-1]
+    time_ns = np.empty(len(lines), np.int64)
+    table = np.empty((len(lines), 5), np.int64)
+    for i, line in enumerate(lines):
+        fields = line.split(b",")
+        if len(fields) != 6:
+            raise LobsterFormatError(
+                f"{label}: row {i + 1} has {len(fields)} columns, expected 6 "
+                f"({', '.join(MESSAGE_COLUMNS)}): {line[:120]!r}"
+            )
+        t = fields[0].strip()
+        m = re.fullmatch(rb"(\d{1,6})(?:\.(\d{0,%d}))?" % _MAX_DECIMALS, t)
+        if m is None:
+            raise _row_error(label, i + 1, 1, fields[0].decode(errors="replace"), _EXPECT[0])
+        frac = m.group(2) or b"0"
+        ns = _frac_to_ns(np.array([int(frac)]), np.array([len(frac)]))[0]
+        time_ns[i] = int(m.group(1)) * 1_000_000_000 + int(ns)
+        for j in range(5):
+            table[i, j] = _int_field(fields[j + 1], label, i + 1, j + 2, _EXPECT[j + 1])
+    return time_ns, table
+
+
+# ------------------------------------------------------------------------------------------------ validation
+
+
+def _first(label: str, bad: np.ndarray, column: int, values: np.ndarray, expected: str) -> None:
+    idx = np.flatnonzero(bad)
+    if idx.size:
+        i = int(idx[0])
+        more = f" ({idx.size - 1} more rows like it)" if idx.size > 1 else ""
+        raise LobsterFormatError(
+            f"{label}: row {i + 1}, column {column} ({MESSAGE_COLUMNS[column - 1]}): value {values[i]}; "
+            f"expected {expected}{more}"
+        )
+
+
+def _validate_messages(
+    label: str,
+    time_ns: np.ndarray,
+    event_type: np.ndarray,
+    order_id: np.ndarray,
+    size: np.ndarray,
+    price: np.ndarray,
+    direction: np.ndarray,
+) -> None:
+    _first(label, ~np.isin(event_type, EVENT_TYPES), 2, event_type, _EXPECT[1])
+    halt = event_type == 7
+    _first(label, order_id < 0, 3, order_id, _EXPECT[2])
+    _first(label, ~halt & (size <= 0), 4, size, _EXPECT[3])
+    _first(label, halt & (size != 0), 4, size, "size 0 on a halt message (type 7)")
+    _first(label, (direction != 1) & (direction != -1), 6, direction, _EXPECT[5])
+    visible = (event_type >= 1) & (event_type <= 4)
+    _first(label, visible & ((price <= 0) | (price % TICK != 0)), 5, price, _EXPECT[4])
+    hidden = event_type == 5
+    _first(label, hidden & ((price <= 0) | (price % (TICK // 2) != 0)), 5, price, _EXPECT[4])
+    _first(label, halt & ((price < -1) | (price > 1)), 5, price, "-1 (halt), 0 (quoting) or 1 (resume) on type 7")
+    back = np.flatnonzero(time_ns[1:] < time_ns[:-1])
+    if back.size:
+        i = int(back[0]) + 1
+        raise LobsterFormatError(
+            f"{label}: row {i + 1}, column 1 (time): {_secs(time_ns[i])} is before the previous row's "
+            f"{_secs(time_ns[i - 1])}; expected non-decreasing times (rows in file order)"
+        )
+
+
+def _secs(ns: int) -> str:
+    return f"{int(ns) // 1_000_000_000}.{int(ns) % 1_000_000_000:09d}"
+
+
+def _validate_book(label: str, book: np.ndarray, levels: int) -> None:
+    names = []
+    for lv in range(1, levels + 1):
+        names += [f"ask_price_{lv}", f"ask_size_{lv}", f"bid_price_{lv}", f"bid_size_{lv}"]
+
+    def fail(bad: np.ndarray, cols: np.ndarray, expected: str) -> None:
+        rows = np.flatnonzero(bad.any(axis=1))
+        if rows.size:
+            i = int(rows[0])
+            c = int(cols[np.flatnonzero(bad[i])[0]])
+            more = f" ({rows.size - 1} more rows like it)" if rows.size > 1 else ""
+            raise LobsterFormatError(
+                f"{label}: row {i + 1}, column {c + 1} ({names[c]}): value {book[i, c]}; expected {expected}{more}"
+            )
+
+    for side, dummy, cmp in ((0, DUMMY_ASK_PRICE, np.greater), (2, DUMMY_BID_PRICE, np.less)):
+        cols = np.arange(side, 4 * levels, 4)
+        p, s = book[:, cols], book[:, cols + 1]
+        empty = p == dummy
+        real_price = (p > 0) & (p % TICK == 0) & (p < DUMMY_ASK_PRICE)
+        fail(~empty & ~real_price, cols, f"a positive multiple of {TICK} or the empty-level value {dummy}")
+        fail(empty & (s != 0), cols + 1, "size 0 on an empty level")
+        fail(~empty & (s <= 0), cols + 1, "a positive size on an occupied level")
+        if levels > 1:
+            # Occupied levels first, strictly ordered away from the touch; dummies only after them.
+            ordered = cmp(p[:, 1:], p[:, :-1]) | empty[:, 1:]
+            fail(~ordered | (empty[:, :-1] & ~empty[:, 1:]), cols[1:],
+                 "levels ordered away from the best price, empty levels only after occupied ones")
+    both = (book[:, 0] != DUMMY_ASK_PRICE) & (book[:, 2] != DUMMY_BID_PRICE)
+    crossed = np.flatnonzero(both & (book[:, 2] >= book[:, 0]))
+    if crossed.size:
+        i = int(crossed[0])
+        raise LobsterFormatError(
+            f"{label}: row {i + 1}: crossed book, best bid {book[i, 2]} >= best ask {book[i, 0]} "
+            f"({crossed.size} such rows); expected best bid < best ask where both sides exist"
+        )
