@@ -1,0 +1,204 @@
+"""THE step function of the synthetic market, shared by the single env and the native vector env.
+
+State is a `MarketState` over B books; `reset_rows` opens some of them from per-book keys, `step` advances all
+of them by one env step, `observe` builds the float32 observation. One env step, per book:
+
+  1. the latent regime takes one Markov step;
+  2. `events_per_step` market events are drawn and applied in order; the agent's action is applied just
+     before event number `latency_events` (0 = before any market event, events_per_step = after all of them);
+  3. passive fills are booked; the window re-centres if needed; equity is marked at the mid;
+  4. reward = equity_usd now - equity_usd before the step (equity = cash + position * mid, in USD, net of all
+     fees paid in the episode).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from lobsim_env import book as bk
+from lobsim_env.agent import apply_actions
+from lobsim_env.config import MarketConfig
+from lobsim_env.synthetic import SyntheticFlow, hash_draws
+
+OBS_FIXED = 11
+"""Observation entries besides the 4 * obs_levels book entries (see `observe`)."""
+
+
+def obs_size(cfg: MarketConfig) -> int:
+    return 4 * cfg.obs_levels + OBS_FIXED
+
+
+@dataclass(kw_only=True, slots=True)
+class MarketState:
+    """Everything that evolves in B synthetic markets."""
+
+    book: bk.BookState
+    key: np.ndarray
+    """[B] uint64 per-episode random key."""
+    t: np.ndarray
+    """[B] steps taken in the episode."""
+    regime: np.ndarray
+    """[B] latent regime in {-1, 0, +1} (hidden from the observation)."""
+    flow: np.ndarray
+    """[B] float64 EMA of signed market-order volume (buys - sells) per step."""
+    position: np.ndarray
+    """[B] contracts held (signed)."""
+    cash_ticks: np.ndarray
+    """[B] cash in ticks x contracts (selling adds, buying subtracts)."""
+    fees_usd: np.ndarray
+    """[B] float64 fees paid in the episode (negative = rebates earned)."""
+    equity_usd: np.ndarray
+    """[B] float64 marked equity after the last step, net of fees (the cumulative pnl_usd)."""
+
+    @classmethod
+    def empty(cls, n_books: int, cfg: MarketConfig) -> MarketState:
+        z = np.zeros(n_books, np.int64)
+        return cls(
+            book=bk.BookState.empty(n_books, cfg.synthetic.window_ticks),
+            key=np.zeros(n_books, np.uint64),
+            t=z.copy(),
+            regime=z.copy(),
+            flow=np.zeros(n_books),
+            position=z.copy(),
+            cash_ticks=z.copy(),
+            fees_usd=np.zeros(n_books),
+            equity_usd=np.zeros(n_books),
+        )
+
+
+@dataclass(kw_only=True, slots=True)
+class StepResult:
+    reward: np.ndarray
+    """[B] float64 change of equity in USD."""
+    fills: np.ndarray
+    """[B] int64 signed contracts filled this step (passive and taker)."""
+    fees_usd: np.ndarray
+    """[B] float64 fees paid this step."""
+    truncated: np.ndarray
+    """[B] bool: the episode reached its horizon."""
+
+
+class SyntheticMarket:
+    """The step function over a MarketState for one config; holds only precomputed tables."""
+
+    def __init__(self, cfg: MarketConfig):
+        self.cfg = cfg.validate()
+        self.flow_model = SyntheticFlow(cfg.synthetic)
+        self.margin = cfg.synthetic.levels + cfg.obs_levels + 2
+        # mid in half ticks -> USD
+        self._usd_per_half_tick = cfg.usd_per_tick / 2
+
+    def new_state(self, n_books: int) -> MarketState:
+        return MarketState.empty(n_books, self.cfg)
+
+    def latent_regime(self, state: MarketState) -> np.ndarray:
+        """[B] the hidden regime in {-1, 0, +1} that drives the flow (for the oracle; never observed)."""
+        return state.regime.copy()
+
+    def reset_rows(self, state: MarketState, rows: np.ndarray, keys: np.ndarray) -> None:
+        """Opens a fresh episode in `rows` with per-book keys [len(rows)] uint64."""
+        s = self.cfg.synthetic
+        bk.open_books(state.book, rows, np.full(rows.shape[0], s.start_tick), s.base_depth)
+        state.key[rows] = keys
+        state.regime[rows] = self.flow_model.initial_regime(keys)
+        for a in (state.t, state.position, state.cash_ticks, state.flow, state.fees_usd, state.equity_usd):
+            a[rows] = 0
+
+    def step(self, state: MarketState, actions: np.ndarray) -> StepResult:
+        cfg = self.cfg
+        book = state.book
+        E = cfg.events_per_step
+        h = hash_draws(state.key, state.t, E + 1)
+        state.regime = self.flow_model.step_regime(state.regime, h[E])
+        book.signed_volume[:] = 0
+        taker_qty = taker_cash = None
+        events = self.flow_model.prepare(h[:E], state.regime)
+        for e in range(E):
+            if e == cfg.latency_events:
+                taker_qty, taker_cash = self._act(state, actions)
+            events.apply(book, e)
+        if taker_qty is None:
+            taker_qty, taker_cash = self._act(state, actions)
+        passive_qty, passive_cash = bk.drain_fills(book)
+        bk.recentre(book, self.margin, cfg.synthetic.base_depth)
+
+        state.position += taker_qty + passive_qty
+        state.cash_ticks += taker_cash + passive_cash
+        fees = np.abs(taker_qty) * cfg.taker_fee_usd + np.abs(passive_qty) * cfg.maker_fee_usd
+        state.fees_usd += fees
+        d = cfg.synthetic.flow_decay
+        state.flow = d * state.flow + (1 - d) * book.signed_volume
+        state.t += 1
+        equity = self.equity_usd(state)
+        reward = equity - state.equity_usd
+        state.equity_usd = equity
+        return StepResult(
+            reward=reward, fills=taker_qty + passive_qty, fees_usd=fees, truncated=state.t >= cfg.horizon
+        )
+
+    def _act(self, state: MarketState, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return apply_actions(
+            state.book,
+            state.position,
+            actions,
+            order_size=self.cfg.order_size,
+            position_limit=self.cfg.position_limit,
+        )
+
+    def mid2(self, state: MarketState) -> np.ndarray:
+        """Mid in absolute half ticks (best bid + best ask), an exact integer."""
+        b = state.book
+        return 2 * b.base + b.best[:, bk.BID] + b.best[:, bk.ASK]
+
+    def equity_usd(self, state: MarketState) -> np.ndarray:
+        half_ticks = 2 * state.cash_ticks + state.position * self.mid2(state)
+        return half_ticks * self._usd_per_half_tick - state.fees_usd
+
+    def observe(self, state: MarketState) -> np.ndarray:
+        """float32 [B, 4L + 11]; layout in docs/market.md:
+
+        [bid price offsets from mid (ticks) x L, bid sizes x L, ask offsets x L, ask sizes x L,
+        spread (ticks), top-level imbalance (qb-qa)/(qb+qa), recent signed trade flow, position / limit,
+        own bid: offset from mid, size, queue_ahead; own ask: offset, size, queue_ahead;
+        fraction of time left].
+        Levels are consecutive ticks from the best outward (an empty tick shows size 0); sizes are divided by
+        size_scale; own-order entries are 0 when there is no order.
+        """
+        cfg, b = self.cfg, state.book
+        L, W = cfg.obs_levels, b.window
+        B = b.n_books
+        bb, ba = b.best[:, bk.BID], b.best[:, bk.ASK]
+        half_mid = (0.5 * (bb + ba)).astype(np.float32)  # window ticks
+        half_spread = (0.5 * (ba - bb)).astype(np.float32)
+        k = np.arange(L)
+        kf = k.astype(np.float32)
+        # Filled feature-major (contiguous rows of B), transposed once at the end: far faster than columns.
+        out = np.empty((4 * L + OBS_FIXED, B), np.float32)
+        sc = np.float32(1.0 / cfg.size_scale)
+        flat = b.depth.reshape(-1)
+        row_off = np.arange(0, 2 * B * W, 2 * W)
+        top = []
+        for s, lv in ((0, bb[None, :] - k[:, None]), (1, ba[None, :] + k[:, None])):
+            lvc = np.clip(lv, 0, W - 1)
+            sizes = np.take(flat, (row_off + s * W)[None, :] + lvc)
+            sizes *= lvc == lv  # ticks beyond the window show 0
+            # Ladder ticks sit at -(spread/2 + k) below the mid and +(spread/2 + k) above it.
+            off = half_spread[None, :] + kf[:, None]
+            out[2 * s * L : (2 * s + 1) * L] = off if s else -off
+            out[(2 * s + 1) * L : (2 * s + 2) * L] = sizes * sc
+            top.append(sizes[0])
+        qb, qa = top
+        o = 4 * L
+        out[o] = ba - bb
+        out[o + 1] = (qb - qa) / np.maximum(qb + qa, 1)
+        out[o + 2] = state.flow * sc
+        out[o + 3] = state.position * (1.0 / cfg.position_limit)
+        for s in (0, 1):
+            has = b.own_size[:, s] > 0
+            out[o + 4 + 3 * s] = ((b.own_tick[:, s] - b.base) - half_mid) * has
+            out[o + 5 + 3 * s] = b.own_size[:, s] * sc
+            out[o + 6 + 3 * s] = b.own_ahead[:, s] * sc
+        out[o + 10] = 1.0 - state.t * (1.0 / cfg.horizon)
+        return np.ascontiguousarray(out.T)
