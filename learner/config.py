@@ -85,8 +85,6 @@ class LearnerConfig:
     """Q losses start once replay holds this many transitions (before that they are 0)."""
     q_batch_size: int = 1024
     """Transitions sampled from replay per update for C51, IQN and the dueling head."""
-    onpolicy_queue_len: int = 1
-    """Rollout batches held for PPO; each update trains on the oldest (1 = the batch just given)."""
     # --- test-only fault injection ---
     inject_nan_at: int | None = None
     """Test only: poison the loss at this learner step to exercise the NaN guard."""
@@ -110,7 +108,6 @@ class LearnerConfig:
             "n_step",
             "replay_capacity",
             "q_batch_size",
-            "onpolicy_queue_len",
         ):
             v = getattr(self, name)
             need(isinstance(v, int) and not isinstance(v, bool) and v >= 1, name, "must be an int >= 1")

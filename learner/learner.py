@@ -118,7 +118,7 @@ class Learner:
         self.support = torch.linspace(cfg.v_min, cfg.v_max, cfg.n_atoms, device=self.device)
         self.gen = torch.Generator(device=self.device).manual_seed(seed)  # IQN tau samples
         self.replay = ReplayBuffer(cfg.replay_capacity, obs_dim, self.device, seed + 1)
-        self.queue = OnPolicyQueue(cfg.onpolicy_queue_len)
+        self.queue = OnPolicyQueue()
         self.step = 0
         self.nan_abort_step = 0
 

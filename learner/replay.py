@@ -199,10 +199,14 @@ class ReplayBuffer:
 
 
 class OnPolicyQueue:
-    """FIFO of validated rollouts for PPO/V/distill; each update trains on the oldest one."""
+    """FIFO of validated rollouts waiting for their PPO/V/distill step; an update trains on the oldest.
 
-    def __init__(self, maxlen: int):
-        self.items: deque[Rollout] = deque(maxlen=maxlen)
+    Learner.update pushes the rollout it is given and pops the oldest, so a synchronous caller always
+    trains on the rollout just given; the queue is checkpointed, so a rollout received is never lost.
+    """
+
+    def __init__(self) -> None:
+        self.items: deque[Rollout] = deque()
 
     def push(self, r: Rollout) -> None:
         self.items.append(r)
