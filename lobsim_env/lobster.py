@@ -158,7 +158,7 @@ def _read_zip(path: Path) -> tuple[str, bytes, str, bytes]:
         names = zf.namelist()
         found = {}
         for kind in ("message", "orderbook"):
-            hits = [n for n in names if _NAME.match(Path(n).name) and _NAME.match(Path(n).name)["kind"] == kind]
+            hits = [n for n in names if (hit := _NAME.match(Path(n).name)) and hit["kind"] == kind]
             if len(hits) != 1:
                 raise LobsterFormatError(
                     f"{path}: expected exactly one *_{kind}_<L>.csv member, found {len(hits)} among {names}; "
@@ -302,7 +302,7 @@ _EXPECT = (
     f"an event type in {EVENT_TYPES}",
     "a non-negative integer order id",
     "a positive integer number of shares (0 for a halt, type 7)",
-    f"an integer price in dollars*10000, a multiple of {TICK} (of {TICK // 2} for a hidden execution, type 5)",
+    f"a price in dollars*10000, a positive multiple of {TICK} ({TICK // 2} for a hidden execution, type 5)",
     "a direction of 1 (buy) or -1 (sell)",
 )
 
@@ -390,7 +390,8 @@ def _validate_messages(
     _first(label, visible & ((price <= 0) | (price % TICK != 0)), 5, price, _EXPECT[4])
     hidden = event_type == 5
     _first(label, hidden & ((price <= 0) | (price % (TICK // 2) != 0)), 5, price, _EXPECT[4])
-    _first(label, halt & ((price < -1) | (price > 1)), 5, price, "-1 (halt), 0 (quoting) or 1 (resume) on type 7")
+    halt_price = "-1 (halt), 0 (quoting) or 1 (resume) on a type 7 message"
+    _first(label, halt & ((price < -1) | (price > 1)), 5, price, halt_price)
     back = np.flatnonzero(time_ns[1:] < time_ns[:-1])
     if back.size:
         i = int(back[0]) + 1
@@ -416,7 +417,8 @@ def _validate_book(label: str, book: np.ndarray, levels: int) -> None:
             c = int(cols[np.flatnonzero(bad[i])[0]])
             more = f" ({rows.size - 1} more rows like it)" if rows.size > 1 else ""
             raise LobsterFormatError(
-                f"{label}: row {i + 1}, column {c + 1} ({names[c]}): value {book[i, c]}; expected {expected}{more}"
+                f"{label}: row {i + 1}, column {c + 1} ({names[c]}): value {book[i, c]}; "
+                f"expected {expected}{more}"
             )
 
     for side, dummy, cmp in ((0, DUMMY_ASK_PRICE, np.greater), (2, DUMMY_BID_PRICE, np.less)):

@@ -20,11 +20,16 @@ equals the file's row.
 
 from __future__ import annotations
 
+import argparse
+import statistics
+import sys
+import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
-from lobsim_env.lobster import DUMMY_ASK_PRICE, DUMMY_BID_PRICE, LobsterDay, LobsterFormatError
+from lobsim_env.lobster import DUMMY_ASK_PRICE, DUMMY_BID_PRICE, LobsterDay, LobsterFormatError, load_day
 
 # What message k did to the visible book (ReplayResult.effect).
 NO_EFFECT = 0  # hidden execution, halt
@@ -224,74 +229,70 @@ def replay(day: LobsterDay) -> ReplayResult:
     """Rebuild the book after every message, all messages at once (see the module docstring)."""
     book = _require_book(day)
     m, levels = day.n_messages, day.levels
-    row0, _ = opening_book(day)
-    prev = np.empty_like(book)
-    prev[0] = row0
-    prev[1:] = book[:-1]
+    width = 4 * levels
+    out = np.empty((m, width), np.int64)
+    out[0], _ = opening_book(day)
+    out[1:] = book[:-1]  # the book before each message; rewritten in place into the book after it
+    flat = out.reshape(-1)
 
+    kind, price, size = day.event_type, day.price, day.size
     ask = day.direction == -1
-    # Order both sides the same way: key = price * worse grows away from the touch (empty levels last).
-    worse = np.where(ask, 1, -1)[:, None]
-    sp = np.where(ask[:, None], prev[:, 0::4], prev[:, 2::4])
-    ss = np.where(ask[:, None], prev[:, 1::4], prev[:, 3::4])
-    key = sp * worse
-    mkey = (day.price[:, None] * worse)[:, 0]
-    kind = day.event_type
-    visible = (kind >= 1) & (kind <= 4)
-    adds = kind == 1
-    dels = visible & ~adds
-
-    ahead = (key < mkey[:, None]).sum(axis=1)  # occupied levels better than the message's price
+    # Flat index of the message side's best price in its row; level i is 4*i further on.
+    base = np.arange(0, m * width, width) + np.where(ask, 0, 2)
+    # Occupied levels strictly better than the message's price (empty levels never count: their dummy
+    # prices lie beyond every real one).
+    ahead = np.where(
+        ask, (out[:, 0::4] < price[:, None]).sum(axis=1), (out[:, 2::4] > price[:, None]).sum(axis=1)
+    )
     at = np.minimum(ahead, levels - 1)
-    here = (ahead < levels) & (np.take_along_axis(key, at[:, None], axis=1)[:, 0] == mkey)
-    size_at = np.take_along_axis(ss, at[:, None], axis=1)[:, 0]
-    occupied = (ss > 0).sum(axis=1)
-    left = size_at - day.size
+    at_idx = base + 4 * at
+    here = (ahead < levels) & (flat[at_idx] == price)
+    size_at = flat[at_idx + 1]
+    last_occupied = flat[base + 4 * (levels - 1) + 1] > 0
 
+    adds = kind == 1
+    dels = (kind >= 2) & (kind <= 4)
+    left = size_at - size
     effect = np.zeros(m, np.int8)
     effect[adds & here] = SIZE_UP
-    effect[adds & ~here & (ahead < levels)] = INSERT
-    effect[dels & here & (left > 0)] = SIZE_DOWN
+    effect[adds & ~here] = INSERT
+    effect[dels & here] = SIZE_DOWN
     effect[dels & here & (left == 0)] = REMOVE
-    beyond = ahead >= levels  # behind every visible level of a full side
-    effect[visible & beyond] = BEYOND_DEPTH
-    effect[dels & ((here & (left < 0)) | (~here & ~beyond))] = INCONSISTENT
-    touched = np.where(np.isin(effect, (SIZE_UP, INSERT, SIZE_DOWN, REMOVE)), at, -1).astype(np.int8)
+    effect[dels & (~here | (left < 0))] = INCONSISTENT
+    beyond = (adds | dels) & ~here & (ahead >= levels)  # behind every level of a full side: invisible
+    effect[beyond] = BEYOND_DEPTH
+    touched = np.where((effect >= SIZE_UP) & (effect <= REMOVE), at, -1).astype(np.int8)
 
-    # New side: out[i] = side[src[i]], shifted behind an inserted or removed level.
-    idx = np.arange(levels)[None, :]
-    ins = (effect == INSERT)[:, None]
-    rem = (effect == REMOVE)[:, None]
-    src = idx - (ins & (idx > at[:, None])) + (rem & (idx >= at[:, None]))
-    src = np.minimum(src, levels - 1)
-    new_p = np.take_along_axis(sp, src, axis=1)
-    new_s = np.take_along_axis(ss, src, axis=1)
-    rows = np.arange(m)
-    up = np.isin(effect, (SIZE_UP, SIZE_DOWN))
-    new_s[rows[up], at[up]] += np.where(adds[up], day.size[up], -day.size[up])
-    new_p[rows[effect == INSERT], at[effect == INSERT]] = day.price[effect == INSERT]
-    new_s[rows[effect == INSERT], at[effect == INSERT]] = day.size[effect == INSERT]
-    # After a removal the deepest place comes from beyond the depth: from the file when the side was full,
-    # else it must be empty.
-    reveal = (effect == REMOVE) & (occupied == levels)
-    gone = (effect == REMOVE) & (occupied < levels)
-    col = np.where(ask, 0, 2) + 4 * (levels - 1)
-    new_p[reveal, levels - 1] = book[reveal, col[reveal]]
-    new_s[reveal, levels - 1] = book[reveal, col[reveal] + 1]
-    new_p[gone, levels - 1] = np.where(ask[gone], DUMMY_ASK_PRICE, DUMMY_BID_PRICE)
-    new_s[gone, levels - 1] = 0
+    # Size changes in place.
+    up = (effect == SIZE_UP) | (effect == SIZE_DOWN)
+    flat[at_idx[up] + 1] += np.where(adds[up], size[up], -size[up])
 
-    out = prev.copy()
-    changed = effect != NO_EFFECT
-    a = ask & changed
-    b = ~ask & changed
-    out[a, 0::4] = new_p[a]
-    out[a, 1::4] = new_s[a]
-    out[b, 2::4] = new_p[b]
-    out[b, 3::4] = new_s[b]
-    undetermined = np.zeros_like(book, dtype=bool)
-    undetermined[reveal, col[reveal]] = True
-    undetermined[reveal, col[reveal] + 1] = True
+    # Inserted and removed levels: out[i] = before[src[i]], behind the touched level shifted by one.
+    shift = np.flatnonzero((effect == INSERT) | (effect == REMOVE))
+    idx = np.arange(levels)
+    ins = (effect[shift] == INSERT)[:, None]
+    a = at[shift][:, None]
+    src = np.minimum(idx - (ins & (idx > a)) + (~ins & (idx >= a)), levels - 1)
+    cells = base[shift][:, None] + 4 * idx
+    src_cells = base[shift][:, None] + 4 * src
+    new_p, new_s = flat[src_cells], flat[src_cells + 1]
+    flat[cells], flat[cells + 1] = new_p, new_s
+    inserted = shift[ins[:, 0]]
+    flat[at_idx[inserted]], flat[at_idx[inserted] + 1] = price[inserted], size[inserted]
+    # After a removal the deepest place holds what rested just beyond the depth: unknown to the messages
+    # (read from the file) when that place was occupied before; empty when it was not.
+    removed = shift[~ins[:, 0]]
+    deepest = base[removed] + 4 * (levels - 1)
+    reveal = removed[last_occupied[removed]]
+    emptied = removed[~last_occupied[removed]]
+    deep_col = np.where(ask, 0, 2) + 4 * (levels - 1)
+    flat[deepest] = np.where(last_occupied[removed], book[removed, deep_col[removed]], 0)
+    flat[deepest + 1] = np.where(last_occupied[removed], book[removed, deep_col[removed] + 1], 0)
+    flat[base[emptied] + 4 * (levels - 1)] = np.where(ask[emptied], DUMMY_ASK_PRICE, DUMMY_BID_PRICE)
+
+    undetermined = np.zeros((m, width), bool)
+    undetermined[reveal, deep_col[reveal]] = True
+    undetermined[reveal, deep_col[reveal] + 1] = True
     undetermined[0] = True
     return ReplayResult(book=out, undetermined=undetermined, effect=effect, level=touched)
 
@@ -343,3 +344,66 @@ def check(day: LobsterDay, result: ReplayResult | None = None, *, show: int = 5)
         unexplained_levels=int(bad_lvl.sum()),
         first_unexplained=first,
     )
+
+
+# ------------------------------------------------------------------------------------------ throughput + CLI
+
+
+def throughput(path: str | Path, *, repeats: int = 3) -> float:
+    """Messages per second of load_day + replay on `path` (the median of `repeats` runs, one thread)."""
+    rates = []
+    for _ in range(max(1, repeats)):
+        t0 = time.perf_counter()
+        day = load_day(path)
+        replay(day)
+        rates.append(day.n_messages / (time.perf_counter() - t0))
+    return statistics.median(rates)
+
+
+def _report(rep: CheckReport) -> str:
+    pct = 100.0 / max(rep.rows, 1)
+    lines = [
+        f"rows     {rep.rows}: matched {rep.rows_matched} ({rep.rows_matched * pct:.2f}%), "
+        f"documented exceptions {sum(rep.exceptions.values())}, unexplained {rep.unexplained_rows}",
+        f"levels   {rep.levels}: matched {rep.levels_matched}, "
+        f"documented exceptions {sum(rep.exception_levels.values())}, unexplained {rep.unexplained_levels}",
+    ]
+    for kind, n in rep.exceptions.items():
+        lines.append(f"  exception {kind}: {n} rows, {rep.exception_levels[kind]} levels")
+    for d in rep.first_unexplained:
+        lines.append(f"  row {d.row} differs; message (time_ns, type, id, size, price, dir) {d.message}")
+        lines.append(f"    replayed {d.replayed}")
+        lines.append(f"    file     {d.file}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m lobsim_env.replay",
+        description="Replay a LOBSTER day from its messages; with --check compare to its orderbook file.",
+    )
+    parser.add_argument("path", help="a LOBSTER zip, or a *_message_<L>.csv with its orderbook CSV beside it")
+    parser.add_argument("--check", action="store_true", help="print match statistics against the orderbook")
+    parser.add_argument("--levels", type=int, default=None, help="replay only the top LEVELS levels")
+    args = parser.parse_args(argv)
+    try:
+        t0 = time.perf_counter()
+        day = load_day(args.path, levels=args.levels)
+        result = replay(day)
+        seconds = time.perf_counter() - t0
+    except (LobsterFormatError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(
+        f"{day.ticker} {day.date} levels={day.levels}: {day.n_messages} messages in {seconds:.3f} s "
+        f"(load + replay): {day.n_messages / seconds:,.0f} messages/s"
+    )
+    if not args.check:
+        return 0
+    rep = check(day, result)
+    print(_report(rep))
+    return 0 if rep.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
