@@ -1,0 +1,169 @@
+"""The registered foxhunt:: custom ops on CPU: torch.library.opcheck, autograd through them, and agreement
+with the reference. The same checks run on the CUDA implementations in benchmarks/gpu_check.py."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from learner.ops import library
+from learner.ops import reference as ref
+
+F64, F32 = torch.float64, torch.float32
+
+
+def sample_inputs(dtype, rows=5, seed=0, requires_grad=False):
+    """One argument tuple per op, shaped as the learner calls them (small sizes)."""
+    g = torch.Generator().manual_seed(seed)
+
+    def rand(*shape, grad=False):
+        return torch.randn(*shape, generator=g, dtype=dtype).requires_grad_(grad and requires_grad)
+
+    hidden, n_actions, n_atoms, n_q, n_t, steps = 6, 3, 7, 4, 5, 4
+    h = rand(rows, hidden, grad=True)
+    return {
+        "dueling_forward": (
+            h,
+            rand(hidden, grad=True),
+            rand(1, grad=True),
+            rand(hidden, n_actions, grad=True),
+            rand(n_actions, grad=True),
+        ),
+        "dueling_backward": (
+            rand(rows),
+            None,
+            rand(rows, n_actions),
+            rand(rows, hidden),
+            rand(hidden),
+            rand(hidden, n_actions),
+        ),
+        "dueling_bellman_target": (
+            rand(rows, n_actions),
+            rand(rows, n_actions),
+            rand(rows),
+            rand(rows).abs(),
+        ),
+        "dueling_huber_loss": (
+            rand(rows, n_actions, grad=True) * 2,
+            torch.randint(0, n_actions, (rows,), generator=g),
+            rand(rows),
+            1.0,
+        ),
+        "c51_project": (torch.softmax(rand(rows, n_atoms), 1), rand(rows), rand(rows).abs(), -2.0, 3.0),
+        "iqn_quantile_huber_loss": (
+            rand(rows, n_q, grad=True),
+            torch.rand(rows, n_q, generator=g, dtype=dtype),
+            rand(rows, n_t),
+            1.0,
+        ),
+        "ensemble_q": (
+            rand(rows, n_actions, n_atoms, grad=True),
+            torch.linspace(-1, 1, n_atoms, dtype=dtype),
+            rand(rows, n_q, n_actions, grad=True),
+            0.4,
+        ),
+        "ensemble_q_backward": (
+            rand(rows, n_actions),
+            rand(rows, n_actions, n_atoms),
+            torch.linspace(-1, 1, n_atoms, dtype=dtype),
+            n_q,
+            0.4,
+        ),
+        "gae": (
+            rand(steps, rows),
+            rand(steps, rows),
+            rand(steps, rows),
+            torch.rand(steps, rows, generator=g) < 0.3,
+            torch.rand(steps, rows, generator=g) < 0.3,
+            0.95,
+            0.9,
+        ),
+        "soft_update_": (rand(37), rand(37), 0.05),
+    }
+
+
+@pytest.mark.parametrize("name", library.OP_NAMES)
+@pytest.mark.parametrize("dtype", [F32, F64], ids=["f32", "f64"])
+def test_opcheck(name, dtype):
+    args = sample_inputs(dtype, requires_grad=True)[name]
+    torch.library.opcheck(getattr(torch.ops.foxhunt, name).default, args)
+
+
+REFERENCE_OF = {
+    "dueling_forward": ref.dueling_forward,
+    "dueling_bellman_target": ref.dueling_bellman_target,
+    "c51_project": ref.c51_project,
+    "gae": ref.gae,
+}
+
+
+@pytest.mark.parametrize("name", list(REFERENCE_OF))
+def test_op_output_equals_reference(name):
+    args = sample_inputs(F32, seed=3)[name]
+    got, want = getattr(torch.ops.foxhunt, name)(*args), REFERENCE_OF[name](*args)
+    torch.testing.assert_close(got, want)
+
+
+def test_losses_return_reference_loss_and_autograd_grad():
+    args = sample_inputs(F64, seed=4, requires_grad=True)
+    q, action, y, kappa = args["dueling_huber_loss"]
+    q = q.detach().requires_grad_()
+    loss, _ = torch.ops.foxhunt.dueling_huber_loss(q, action, y, kappa)
+    (grad_op,) = torch.autograd.grad(3.0 * loss, q)
+    want = ref.dueling_huber_loss(q, action, y, kappa)
+    (grad_ref,) = torch.autograd.grad(3.0 * want, q)
+    torch.testing.assert_close(loss, want.detach())
+    torch.testing.assert_close(grad_op, grad_ref)
+
+    theta, tau, target, kappa = args["iqn_quantile_huber_loss"]
+    loss, _ = torch.ops.foxhunt.iqn_quantile_huber_loss(theta, tau, target, kappa)
+    (grad_op,) = torch.autograd.grad(loss, theta)
+    want = ref.iqn_quantile_huber_loss(theta, tau, target, kappa)
+    (grad_ref,) = torch.autograd.grad(want, theta)
+    torch.testing.assert_close(loss, want.detach())
+    torch.testing.assert_close(grad_op, grad_ref)
+
+
+@pytest.mark.parametrize("used", ["q", "v", "q+a"])
+def test_dueling_autograd_through_op_matches_reference(used):
+    inputs = sample_inputs(F64, seed=5, requires_grad=True)["dueling_forward"]
+
+    def loss_of(outs):
+        v, a, q = outs
+        return {"q": (q**2).sum(), "v": v.sum(), "q+a": (q * a).sum()}[used]
+
+    got = torch.autograd.grad(
+        loss_of(torch.ops.foxhunt.dueling_forward(*inputs)), inputs, allow_unused=True, materialize_grads=True
+    )
+    want = torch.autograd.grad(
+        loss_of(ref.dueling_forward(*inputs)), inputs, allow_unused=True, materialize_grads=True
+    )
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w)
+
+
+def test_ensemble_autograd_through_op_matches_reference():
+    logits, support, quantiles, w = sample_inputs(F64, seed=6, requires_grad=True)["ensemble_q"]
+    weight = torch.randn(5, 3, dtype=F64)
+    got = torch.autograd.grad(
+        (torch.ops.foxhunt.ensemble_q(logits, support, quantiles, w) * weight).sum(), (logits, quantiles)
+    )
+    want = torch.autograd.grad(
+        (ref.ensemble_q(logits, support, quantiles, w) * weight).sum(), (logits, quantiles)
+    )
+    for g, w_ in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w_)
+
+
+def test_ops_compile_with_fake_impls():
+    """The fake impls let torch.compile trace the ops with no graph break."""
+    args = sample_inputs(F32, seed=7)
+
+    @torch.compile(fullgraph=True, backend="eager")
+    def step(dueling_args, ens_args):
+        v, _a, q = torch.ops.foxhunt.dueling_forward(*dueling_args)
+        return q.sum() + v.sum() + torch.ops.foxhunt.ensemble_q(*ens_args).sum()
+
+    d, e = args["dueling_forward"], args["ensemble_q"]
+    expected = ref.dueling_forward(*d)[2].sum() + ref.dueling_forward(*d)[0].sum() + ref.ensemble_q(*e).sum()
+    torch.testing.assert_close(step(d, e), expected)
