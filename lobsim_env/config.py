@@ -35,25 +35,25 @@ class SyntheticConfig:
     """Price ticks held per book (W); the window re-centres on the mid when the best quotes near its edges."""
     start_tick: int = 20_000
     """Initial best bid in absolute ticks (20000 x 0.25 = 5000.00); the best ask starts one tick above."""
-    base_depth: int = 6
+    base_depth: int = 5
     """Resting size at every level when the book opens and at every tick that enters the window."""
-    limit_rate: float = 0.50
+    limit_rate: float = 0.44
     """Probability that a market event is a limit order (split between the two sides)."""
-    market_rate: float = 0.10
+    market_rate: float = 0.06
     """Probability that a market event is a market order (split between buy and sell)."""
-    cancel_rate: float = 0.40
+    cancel_rate: float = 0.50
     """Probability that a market event is a cancel attempt (split between the two sides)."""
     level_decay: float = 0.55
     """Limit and cancel prices: level d (0 = inside/at the best) has probability proportional to decay**d."""
     levels: int = 6
     """Number of levels near the best that limit orders and cancels touch."""
-    max_limit_size: int = 3
+    max_limit_size: int = 1
     """Limit orders have a size uniform in 1..max_limit_size; cancels remove one unit, market orders 1-2."""
-    queue_ref: int = 8
+    queue_ref: int = 6
     """A cancel attempt at a level with q others succeeds with probability min(1, q / queue_ref)."""
     regime_switch_prob: float = 0.01
     """Per step, the latent regime (-1, 0, +1) jumps to one of the other two with this probability."""
-    signal_strength: float = 0.6
+    signal_strength: float = 0.3
     """0 = no signal. Market buys have probability x (1 + s * regime), sells x (1 - s * regime)."""
     flow_decay: float = 0.9
     """The observed recent signed trade flow is an EMA with this decay per step."""

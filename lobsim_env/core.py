@@ -30,6 +30,14 @@ def obs_size(cfg: MarketConfig) -> int:
     return 4 * cfg.obs_levels + OBS_FIXED
 
 
+def obs_index(cfg: MarketConfig) -> dict[str, int]:
+    """Column of each scalar observation entry (the book ladders take the first 4 * obs_levels columns)."""
+    o = 4 * cfg.obs_levels
+    names = ("spread", "imbalance", "flow", "position", "own_bid_offset", "own_bid_size", "own_bid_ahead",
+             "own_ask_offset", "own_ask_size", "own_ask_ahead", "time_left")
+    return {n: o + i for i, n in enumerate(names)}
+
+
 @dataclass(kw_only=True, slots=True)
 class MarketState:
     """Everything that evolves in B synthetic markets."""
@@ -139,9 +147,12 @@ class SyntheticMarket:
         )
 
     def _act(self, state: MarketState, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        # Passive fills earlier in this step count towards the position limit already.
+        b = state.book
+        position = state.position + b.own_filled[:, bk.BID] - b.own_filled[:, bk.ASK]
         return apply_actions(
             state.book,
-            state.position,
+            position,
             actions,
             order_size=self.cfg.order_size,
             position_limit=self.cfg.position_limit,
