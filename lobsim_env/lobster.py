@@ -179,12 +179,18 @@ def _read_zip(path: Path) -> tuple[str, bytes, str, bytes]:
 # --------------------------------------------------------------------------------------------------- parsing
 
 
-def _lines_array(text: bytes) -> tuple[bytes, np.ndarray, np.ndarray]:
-    """Normalise line ends; return text, and start and end (newline) offsets of each line."""
+def _normalise(text: bytes) -> bytes:
+    """LF line ends, exactly one after the last line (trailing blank lines are not rows)."""
     if b"\r" in text:
         text = text.replace(b"\r\n", b"\n")
-    if text and not text.endswith(b"\n"):
-        text += b"\n"
+    if text.endswith(b"\n\n") or not text.endswith(b"\n"):
+        text = text.rstrip(b"\n") + b"\n" if text.strip() else b""
+    return text
+
+
+def _lines_array(text: bytes) -> tuple[bytes, np.ndarray, np.ndarray]:
+    """Normalise line ends; return text, and start and end (newline) offsets of each line."""
+    text = _normalise(text)
     buf = np.frombuffer(text, np.uint8)
     ends = np.flatnonzero(buf == 10)
     starts = np.empty_like(ends)
@@ -215,10 +221,7 @@ def _fast_ints(text: bytes, ncols: int, nrows: int) -> np.ndarray | None:
 
 def _parse_table(text: bytes, ncols: int, label: str) -> np.ndarray:
     """An integer CSV table (the orderbook file)."""
-    if b"\r" in text:
-        text = text.replace(b"\r\n", b"\n")
-    if text and not text.endswith(b"\n"):
-        text += b"\n"
+    text = _normalise(text)
     values = _fast_ints(text, ncols, text.count(b"\n"))
     # The fast path returns a view that skips the sentinel column; copying it would cost more than the
     # strided access does downstream.

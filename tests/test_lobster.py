@@ -1,0 +1,229 @@
+"""LOBSTER loading: exact parsing of the sample files, and one named error per kind of malformed input."""
+
+from __future__ import annotations
+
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from lobsim_env.lobster import DUMMY_ASK_PRICE, DUMMY_BID_PRICE, LobsterFormatError, load_day
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "lobster"
+if not DATA.exists():  # a checkout beside ../shared, or the team's fixed path
+    DATA = Path("/work/shared/data/lobster")
+GOOG_1 = DATA / "LOBSTER_SampleFile_GOOG_2012-06-21_1.zip"
+AMZN_5 = DATA / "LOBSTER_SampleFile_AMZN_2012-06-21_5.zip"
+needs_data = pytest.mark.skipif(not GOOG_1.exists(), reason=f"LOBSTER sample files not found in {DATA}")
+
+STEM = "TEST_2012-06-21_34200000_57600000"
+# A consistent two-level day: the book after each message, in LOBSTER's layout.
+MESSAGES = [
+    "34200.015105074,1,11,100,5800000,1",
+    "34200.1,1,12,50,5801000,-1",
+    "34200.100000001,5,0,7,5800500,1",
+    "34201,3,11,100,5800000,1",
+]
+BOOK = [
+    "5802300,100,5800000,100,5803000,10,5799000,20",
+    "5801000,50,5800000,100,5802300,100,5799000,20",
+    "5801000,50,5800000,100,5802300,100,5799000,20",
+    "5801000,50,5799000,20,5802300,100,5798000,30",
+]
+
+
+def write_day(folder: Path, messages: list[str], book: list[str] | None, *, levels: int = 2) -> Path:
+    msg = folder / f"{STEM}_message_{levels}.csv"
+    msg.write_text("".join(line + "\n" for line in messages))
+    if book is not None:
+        (folder / f"{STEM}_orderbook_{levels}.csv").write_text("\n".join(book) + "\n")
+    return msg
+
+
+def replaced(lines: list[str], row: int, line: str) -> list[str]:
+    out = list(lines)
+    out[row - 1] = line
+    return out
+
+
+# --------------------------------------------------------------------------------------------- sample files
+
+
+@needs_data
+def test_sample_zip_parses_exactly() -> None:
+    day = load_day(GOOG_1)
+    assert (day.ticker, day.date, day.levels, day.source) == ("GOOG", "2012-06-21", 1, GOOG_1)
+    assert day.n_messages == 49482 and day.book.shape == (49482, 4)
+    assert day.time_ns.dtype == np.int64
+    assert day.event_type.dtype == np.int8 and day.direction.dtype == np.int8
+    # First lines of the files: 34200.015105074,4,15818974,4,5794000,1 | 5802300,100,5794000,496
+    assert day.time_ns[0] == 34_200_015_105_074
+    assert day.time_ns[1] == 34_200_059_901_970  # "34200.05990197": 8 decimals, scaled not shifted
+    assert (day.event_type[0], day.order_id[0], day.size[0], day.price[0], day.direction[0]) == (
+        4, 15818974, 4, 5794000, 1,
+    )
+    assert day.book[0].tolist() == [5802300, 100, 5794000, 496]
+    assert set(np.unique(day.event_type).tolist()) == {1, 2, 3, 4, 5}
+    assert (np.diff(day.time_ns) >= 0).all()
+
+
+@needs_data
+def test_float_printed_timestamp_rounds_to_the_nanosecond() -> None:
+    # Row 67823 of the AMZN level-5 message file reads 43002.632812672004 (12 decimals).
+    day = load_day(AMZN_5)
+    assert day.time_ns[67822] == 43_002_632_812_672
+    assert day.book.shape == (155935, 20)
+
+
+@needs_data
+def test_fewer_levels_keep_the_top_of_the_book() -> None:
+    full, top2 = load_day(AMZN_5), load_day(AMZN_5, levels=2)
+    assert top2.levels == 2 and np.array_equal(top2.book, full.book[:, :8])
+    assert np.array_equal(top2.price, full.price)
+
+
+# ------------------------------------------------------------------------------------------ our small files
+
+
+def test_message_csv_finds_its_orderbook_beside_it(tmp_path: Path) -> None:
+    day = load_day(write_day(tmp_path, MESSAGES, BOOK))
+    assert (day.ticker, day.levels, day.n_messages) == ("TEST", 2, 4)
+    assert day.time_ns.tolist() == [34200_015105074, 34200_100000000, 34200_100000001, 34201_000000000]
+    assert day.book[3].tolist() == [5801000, 50, 5799000, 20, 5802300, 100, 5798000, 30]
+
+
+def test_message_csv_without_orderbook_has_no_book(tmp_path: Path) -> None:
+    day = load_day(write_day(tmp_path, MESSAGES, None))
+    assert day.book is None and day.n_messages == 4
+
+
+def test_zip_is_read_without_extracting(tmp_path: Path) -> None:
+    z = tmp_path / "LOBSTER_SampleFile_TEST_2012-06-21_2.zip"
+    with zipfile.ZipFile(z, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr(f"{STEM}_message_2.csv", "\r\n".join(MESSAGES))  # CRLF, no final newline
+        zf.writestr(f"{STEM}_orderbook_2.csv", "\r\n".join(BOOK))
+    day = load_day(z)
+    assert day.n_messages == 4 and day.book.shape == (4, 8)
+    assert [p.name for p in tmp_path.iterdir()] == [z.name]
+
+
+def test_dummy_levels_are_accepted(tmp_path: Path) -> None:
+    book = replaced(BOOK, 1, f"5802300,100,5800000,100,{DUMMY_ASK_PRICE},0,{DUMMY_BID_PRICE},0")
+    assert load_day(write_day(tmp_path, MESSAGES, book)).book[0, 4] == DUMMY_ASK_PRICE
+
+
+def test_time_without_decimals_and_sub_nanosecond_digits(tmp_path: Path) -> None:
+    msgs = replaced(MESSAGES, 2, "34200.0999999996,1,12,50,5801000,-1")  # the slow path handles both rows
+    day = load_day(write_day(tmp_path, msgs, BOOK))
+    assert day.time_ns[1] == 34_200_100_000_000 and day.time_ns[3] == 34_201_000_000_000
+
+
+def test_halt_messages_are_valid(tmp_path: Path) -> None:
+    msgs = replaced(MESSAGES, 3, "34200.2,7,0,0,-1,-1")
+    assert load_day(write_day(tmp_path, msgs, BOOK)).event_type[2] == 7
+
+
+# ------------------------------------------------------------------------------------------------ malformed
+
+BAD_MESSAGES = [
+    ("34200.1,1,12,50,5801000", r"row 2 has 5 columns, expected 6"),
+    ("34200.1,6,12,50,5801000,-1", r"row 2, column 2 \(type\): value 6; expected an event type"),
+    ("34200.0,1,12,50,5801000,-1", r"row 2, column 1 \(time\): 34200.000000000 is before the previous row's"),
+    ("34200.1,1,12,0,5801000,-1", r"row 2, column 4 \(size\): value 0; expected a positive integer"),
+    ("34200.1,1,12,-5,5801000,-1", r"row 2, column 4 \(size\): value -5"),
+    ("34200.1,1,12,50,5801050,-1", r"row 2, column 5 \(price\): value 5801050; expected .*multiple of 100"),
+    ("34200.1,1,12,50,5801000,0", r"row 2, column 6 \(direction\): value 0; expected a direction of 1"),
+    ("34200.1,1,12,abc,5801000,-1", r"row 2, column 4: value 'abc'"),
+    ("34200.1,1,99999999999999999999,50,5801000,-1", r"row 2, column 3: value '99999999999999999999'"),
+    ("34200.1234567890123456789,1,12,50,5801000,-1", r"row 2, column 1: value '34200.1234567890123456789'"),
+    ("9:30,1,12,50,5801000,-1", r"row 2, column 1: value '9:30'"),
+    ("34200.2,7,0,0,5,-1", r"row 2, column 5 \(price\): value 5; expected -1 \(halt\)"),
+]
+
+
+@pytest.mark.parametrize(("line", "error"), BAD_MESSAGES)
+def test_malformed_message_row_is_named(tmp_path: Path, line: str, error: str) -> None:
+    path = write_day(tmp_path, replaced(MESSAGES, 2, line), BOOK)
+    with pytest.raises(LobsterFormatError, match=error) as info:
+        load_day(path)
+    assert f"{STEM}_message_2.csv" in str(info.value)
+
+
+def test_hidden_execution_may_print_at_half_a_tick(tmp_path: Path) -> None:
+    assert load_day(write_day(tmp_path, MESSAGES, BOOK)).price[2] == 5800500  # type 5 at 580.05 is legal
+    bad = replaced(MESSAGES, 3, "34200.100000001,5,0,7,5800510,1")
+    with pytest.raises(LobsterFormatError, match=r"row 3, column 5 \(price\): value 5800510"):
+        load_day(write_day(tmp_path, bad, BOOK))
+
+
+BAD_BOOK = [
+    ("5801000,50,5800000,100,5802300,100,5799000", r"row 2 has 7 columns, expected 8"),
+    ("5801000,50,5801000,100,5802300,100,5799000,20", r"row 2: crossed book, best bid 5801000 >= best ask"),
+    ("5801000,50,5800000,100,5802350,100,5799000,20", r"row 2, column 5 \(ask_price_2\): value 5802350"),
+    (f"5801000,50,5800000,100,{DUMMY_ASK_PRICE},3,5799000,20", r"row 2, column 6 \(ask_size_2\): value 3"),
+    ("5801000,0,5800000,100,5802300,100,5799000,20", r"row 2, column 2 \(ask_size_1\): value 0"),
+    ("5801000,50,5800000,100,5800900,100,5799000,20", r"column 5 \(ask_price_2\): value 5800900; .*order"),
+    ("5801000,50,5800000,100,5802300,100,5799000,2x", r"row 2, column 8: value '2x'"),
+]
+
+
+@pytest.mark.parametrize(("line", "error"), BAD_BOOK)
+def test_malformed_orderbook_row_is_named(tmp_path: Path, line: str, error: str) -> None:
+    path = write_day(tmp_path, MESSAGES, replaced(BOOK, 2, line))
+    with pytest.raises(LobsterFormatError, match=error) as info:
+        load_day(path)
+    assert f"{STEM}_orderbook_2.csv" in str(info.value)
+
+
+def test_row_count_mismatch(tmp_path: Path) -> None:
+    with pytest.raises(LobsterFormatError, match=r"3 rows but the message file .* has 4"):
+        load_day(write_day(tmp_path, MESSAGES, BOOK[:3]))
+
+
+def test_zip_without_orderbook_member(tmp_path: Path) -> None:
+    z = tmp_path / "day.zip"
+    with zipfile.ZipFile(z, "w") as zf:
+        zf.writestr(f"{STEM}_message_2.csv", "\n".join(MESSAGES))
+        zf.writestr("README.txt", "hello")
+    with pytest.raises(LobsterFormatError, match=r"exactly one \*_orderbook_<L>.csv member, found 0"):
+        load_day(z)
+
+
+def test_zip_members_must_pair(tmp_path: Path) -> None:
+    z = tmp_path / "day.zip"
+    with zipfile.ZipFile(z, "w") as zf:
+        zf.writestr(f"{STEM}_message_2.csv", "\n".join(MESSAGES))
+        zf.writestr(f"{STEM}_orderbook_5.csv", "\n".join(BOOK))
+    with pytest.raises(LobsterFormatError, match="are not a pair"):
+        load_day(z)
+
+
+def test_not_a_zip(tmp_path: Path) -> None:
+    z = tmp_path / "day.zip"
+    z.write_bytes(b"not a zip")
+    with pytest.raises(LobsterFormatError, match="not a readable zip archive"):
+        load_day(z)
+
+
+def test_unrecognised_file_name(tmp_path: Path) -> None:
+    path = tmp_path / "messages.csv"
+    path.write_text("\n".join(MESSAGES))
+    with pytest.raises(LobsterFormatError, match=r"'messages.csv' is not a LOBSTER message file name"):
+        load_day(path)
+
+
+def test_empty_message_file(tmp_path: Path) -> None:
+    with pytest.raises(LobsterFormatError, match="message file is empty"):
+        load_day(write_day(tmp_path, [], None))
+
+
+@pytest.mark.parametrize("levels", [0, 3, True])
+def test_levels_out_of_range(tmp_path: Path, levels: int) -> None:
+    with pytest.raises(LobsterFormatError, match=rf"levels={levels!r} must be an integer in 1..2"):
+        load_day(write_day(tmp_path, MESSAGES, BOOK), levels=levels)
+
+
+def test_missing_path(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="no such file"):
+        load_day(tmp_path / "nope.zip")
