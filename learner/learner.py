@@ -146,7 +146,7 @@ class Learner:
             baseline = v_all
             if self.dueling is not None:
                 v_dq_all = self.dueling.net(h_all.detach())[0]
-                out[D.V_DQ_MEAN] = v_dq_all[:tb][ro.valid.reshape(-1)].mean()
+                out[D.V_DQ_MEAN] = v_dq_all[:tb][ro.valid_idx].mean()
                 if cfg.dueling_mode == "baseline":  # Phase 4.3: V_dq and V_dq(s_{t+1}) are the GAE baseline
                     baseline = v_dq_all
             adv, ret = L.gae(
@@ -158,7 +158,7 @@ class Learner:
                 cfg.gamma,
                 cfg.gae_lambda,
             )
-        valid = ro.valid.reshape(-1)
+        valid = ro.valid_idx  # flat indices of the real transitions (autoreset steps left out)
         adv = adv.reshape(-1)[valid]
         out[D.ADV_MEAN] = adv.mean()
         if cfg.normalize_advantages and adv.numel() > 1:
@@ -251,7 +251,7 @@ class Learner:
                 D.NAN_ABORT_STEP: float(self.nan_abort_step),
                 D.POLICY_LAG: float(self.step - 1 - ro.policy_version),
                 D.REPLAY_SIZE: float(len(self.replay)),
-                D.TRANSITIONS: float(valid.sum()),
+                D.TRANSITIONS: float(valid.numel()),
                 D.Q_TRAINED: float(q_trained),
             }
         )

@@ -37,6 +37,7 @@ class Rollout:
     truncated: torch.Tensor  # [T, B] bool
     behaviour_logp: torch.Tensor  # [T, B] float32, log pi_behaviour(a_t | s_t) from the actor's lagged copy
     valid: torch.Tensor  # [T, B] bool
+    valid_idx: torch.Tensor  # [n_valid] int64: flat t*B + b of the valid steps
     policy_version: int
 
     def to_dict(self) -> dict:
@@ -97,6 +98,9 @@ def rollout_from_batch(batch: dict, *, obs_dim: int, n_actions: int, device: tor
                 errs.append(f"batch[{key!r}] holds NaN or inf values")
     if errs:
         raise ValueError("invalid rollout batch:\n  " + "\n  ".join(errs))
+    # Index the valid steps where the data arrives (the CPU, for numpy batches): on the device, each boolean
+    # mask would be a host sync, and the learner needs this selection a dozen times per update.
+    cols["valid_idx"] = cols["valid"].reshape(-1).nonzero().squeeze(1)
     moved = {k: v.to(device, non_blocking=True) for k, v in cols.items()}
     return Rollout(policy_version=version, **moved)
 
@@ -127,14 +131,15 @@ def nstep_transitions(r: Rollout, gamma: float, n: int, reward_scale: float) -> 
     last = t_idx + steps - 1
     term_last = r.terminated.gather(0, last.clamp(min=0))
     discount = torch.where(term_last, 0.0, torch.pow(torch.full_like(ret, gamma), steps.to(ret.dtype)))
-    v = r.valid
-    bi = torch.arange(b, device=dev)[None, :].expand(t_len, b)
+    v = r.valid_idx
+    obs = r.obs.reshape((t_len + 1) * b, -1)
+    next_row = ((t_idx + steps) * b + torch.arange(b, device=dev)).reshape(-1)[v]
     return {
-        "obs": r.obs[:-1][v],
-        "action": r.actions[v],
-        "ret": ret[v],
-        "discount": discount[v],
-        "next_obs": r.obs[(t_idx + steps)[v], bi[v]],
+        "obs": obs[v],
+        "action": r.actions.reshape(-1)[v],
+        "ret": ret.reshape(-1)[v],
+        "discount": discount.reshape(-1)[v],
+        "next_obs": obs[next_row],
     }
 
 

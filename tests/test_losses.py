@@ -125,6 +125,7 @@ def _random_rollout(seed: int, t_len=9, b=3, d=2) -> Rollout:
         truncated=torch.tensor(trunc),
         behaviour_logp=torch.zeros(t_len, b),
         valid=torch.tensor(valid),
+        valid_idx=torch.tensor(np.flatnonzero(valid)),
         policy_version=0,
     )
 
