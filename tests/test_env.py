@@ -1,0 +1,222 @@
+"""The Gymnasium envs: contract, registration, determinism, vector == singles, accounting, limits, latency."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import check_env
+from gymnasium.vector import AutoresetMode
+
+import lobsim_env
+from lobsim_env import Action, LobEnv, LobVectorEnv, MarketConfig, MarketConfigError, SyntheticConfig
+from lobsim_env.core import SyntheticMarket, obs_index
+
+CFG = MarketConfig(horizon=40)
+
+
+def test_check_env_passes():
+    check_env(LobEnv(CFG), skip_render_check=True)
+
+
+def test_registered_make_and_make_vec():
+    assert lobsim_env.ENV_ID in gym.registry
+    env = gym.make("foxhunt/LOB-v0", config=CFG)
+    obs, info = env.reset(seed=3)
+    assert obs.shape == env.observation_space.shape and set(info) == set(lobsim_env.INFO_KEYS)
+    venv = gym.make_vec("foxhunt/LOB-v0", num_envs=5, vectorization_mode="vector_entry_point", config=CFG)
+    assert isinstance(venv, LobVectorEnv) and venv.metadata["autoreset_mode"] == AutoresetMode.NEXT_STEP
+    obs, info = venv.reset(seed=3)
+    assert obs.shape == (5, *env.observation_space.shape) and obs.dtype == np.float32
+    assert info["pnl_usd"].shape == (5,)
+
+
+def rollout_single(env: LobEnv, seed: int, actions: np.ndarray):
+    out = [env.reset(seed=seed)[0]]
+    rewards = []
+    for a in actions:
+        if env._done:
+            out.append(env.reset()[0])
+            rewards.append(0.0)
+            continue
+        o, r, _, _, _ = env.step(int(a))
+        out.append(o)
+        rewards.append(r)
+    return np.array(out), np.array(rewards)
+
+
+def test_same_seed_same_trajectory_exactly():
+    acts = np.random.default_rng(0).integers(0, 7, 60)
+    o1, r1 = rollout_single(LobEnv(CFG), 11, acts)
+    o2, r2 = rollout_single(LobEnv(CFG), 11, acts)
+    o3, _ = rollout_single(LobEnv(CFG), 12, acts)
+    assert np.array_equal(o1, o2) and np.array_equal(r1, r2)
+    assert not np.array_equal(o1, o3)
+
+
+def test_vector_env_equals_single_envs_across_autoreset():
+    B, seed = 4, 100
+    acts = np.random.default_rng(1).integers(0, 7, (95, B))  # > 2 episodes of 40 steps
+    venv = LobVectorEnv(B, CFG)
+    vo, _ = venv.reset(seed=seed)
+    singles = [LobEnv(CFG) for _ in range(B)]
+    so = np.stack([e.reset(seed=seed + i)[0] for i, e in enumerate(singles)])
+    assert np.array_equal(vo, so)
+    for t in range(acts.shape[0]):
+        vo, vr, vterm, vtrunc, vinfo = venv.step(acts[t])
+        for i, e in enumerate(singles):
+            if e._done:  # NEXT_STEP: the vector env resets this book now and ignores its action
+                o, info = e.reset()
+                r, trunc, fills = 0.0, False, 0
+            else:
+                o, r, _, trunc, info = e.step(int(acts[t, i]))
+                fills = info["fills"]
+            assert np.array_equal(vo[i], o), (t, i)
+            assert vr[i] == r and vtrunc[i] == trunc and not vterm[i]
+            assert vinfo["position"][i] == info["position"] and vinfo["fills"][i] == fills
+            assert vinfo["pnl_usd"][i] == info["pnl_usd"]
+
+
+def test_reward_is_equity_change_and_sums_to_pnl():
+    env = LobEnv(CFG)
+    env.reset(seed=5)
+    rng = np.random.default_rng(5)
+    total, fees = 0.0, 0.0
+    for _ in range(CFG.horizon):
+        _, r, _, trunc, info = env.step(int(rng.integers(0, 7)))
+        total += r
+        fees += info["fees_usd"]
+    assert trunc and np.isclose(total, info["pnl_usd"]) and info["pnl_usd"] == info["equity_usd"]
+    # Equity = cash + position * mid - fees, recomputed here from the state.
+    s, m = env._state, env.market
+    mid = (2 * s.book.base[0] + s.book.best[0].sum()) / 2
+    expect = (s.cash_ticks[0] + s.position[0] * mid) * CFG.usd_per_tick - fees
+    assert np.isclose(info["equity_usd"], expect)
+    assert isinstance(m, SyntheticMarket)
+
+
+def test_market_buy_pays_the_ask_and_taker_fee():
+    cfg = dataclasses.replace(CFG, latency_events=0, taker_fee_usd=1.25, order_size=2)
+    env = LobEnv(cfg)
+    env.reset(seed=1)
+    s = env._state
+    ask_tick = int(s.book.base[0] + s.book.best[0, 1])
+    ask_size = int(s.book.depth[0, 1, s.book.best[0, 1]])
+    _, _, _, _, info = env.step(Action.MARKET_BUY)
+    assert info["fills"] == 2 and info["position"] == 2 and info["fees_usd"] == 2.5
+    expect_cash = -2 * ask_tick if ask_size >= 2 else -(ask_tick + ask_tick + 1)
+    assert s.cash_ticks[0] == expect_cash
+
+
+def test_position_limit_never_exceeded():
+    cfg = dataclasses.replace(CFG, position_limit=2, order_size=1, horizon=300)
+    venv = LobVectorEnv(64, cfg)
+    venv.reset(seed=0)
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        # Mostly buys and bid joins: pushes against the long limit through both market and passive fills.
+        acts = rng.choice(
+            [Action.MARKET_BUY, Action.JOIN_BID, Action.JOIN_ASK, Action.HOLD], 64, p=[0.3, 0.4, 0.1, 0.2]
+        )
+        _, _, _, _, info = venv.step(acts)
+        b = venv._state.book
+        assert (np.abs(info["position"]) <= 2).all()
+        assert (venv._state.position + b.own_size[:, 0] <= 2).all()
+    assert (info["position"] == 2).mean() > 0.5
+
+
+def test_join_keeps_queue_place_and_cancel_and_flatten():
+    cfg = dataclasses.replace(CFG, latency_events=0)
+    env = LobEnv(cfg)
+    ix = obs_index(cfg)
+    obs, _ = env.reset(seed=2)
+    obs, *_ = env.step(Action.JOIN_BID)
+    b = env._state.book
+    if b.own_size[0, 0]:  # still resting after this step's flow
+        tick, ahead = b.own_tick[0, 0], b.own_ahead[0, 0]
+        assert obs[ix["own_bid_size"]] > 0
+        same_best = b.base[0] + b.best[0, 0] == tick
+        obs, *_ = env.step(Action.JOIN_BID)
+        if same_best:
+            assert b.own_tick[0, 0] == tick and b.own_ahead[0, 0] <= ahead  # kept, never moved back
+    obs, *_ = env.step(Action.CANCEL)
+    assert b.own_size[0].sum() == 0 and obs[ix["own_bid_size"]] == 0
+    env.step(Action.MARKET_SELL)
+    env.step(Action.MARKET_SELL)
+    _, _, _, _, info = env.step(Action.FLATTEN)
+    assert info["position"] == 0
+
+
+def test_latency_orders_arrive_after_k_events():
+    """With latency k, the agent's market buy executes against the book as left by the first k events."""
+    for k in (0, 3, 8):
+        cfg = dataclasses.replace(CFG, latency_events=k, events_per_step=8)
+        a, b = LobEnv(cfg), LobEnv(cfg)
+        a.reset(seed=9)
+        b.reset(seed=9)
+        m = b.market
+        # Replay the step by hand on b's state: k events, then the order.
+        from lobsim_env.synthetic import hash_draws
+
+        s = b._state
+        h = hash_draws(s.key, s.t, 9)
+        s.regime = m.flow_model.step_regime(s.regime, h[8])
+        ev = m.flow_model.prepare(h[:8], s.regime)
+        for e in range(k):
+            ev.apply(s.book, e)
+        expected_tick = int(s.book.base[0] + s.book.best[0, 1])
+        a.step(Action.MARKET_BUY)
+        assert a._state.cash_ticks[0] == -expected_tick, k
+
+
+def test_bad_config_lists_every_error():
+    cfg = MarketConfig(
+        tick_size=-0.25,
+        horizon=0,
+        latency_events=9,
+        events_per_step=8,
+        synthetic=SyntheticConfig(signal_strength=2.0, limit_rate=0.9),
+    )
+    errs = cfg.errors()
+    joined = "\n".join(errs)
+    for needle in (
+        "market.tick_size=-0.25 must be > 0",
+        "market.horizon=0",
+        "market.latency_events=9",
+        "market.synthetic.signal_strength=2.0",
+        "limit_rate+market_rate+cancel_rate",
+    ):
+        assert needle in joined
+    with pytest.raises(MarketConfigError, match="tick_size"):
+        LobEnv(cfg)
+    assert MarketConfig().errors() == []
+
+
+def test_bad_actions_and_misuse_raise_clearly():
+    env = LobEnv(CFG)
+    with pytest.raises(RuntimeError, match="reset"):
+        env.step(0)
+    env.reset(seed=0)
+    with pytest.raises(ValueError, match=r"0\.\.6"):
+        env.step(7)
+    venv = LobVectorEnv(3, CFG)
+    venv.reset(seed=0)
+    with pytest.raises(ValueError, match="shape"):
+        venv.step(np.zeros(2, np.int64))
+    with pytest.raises(ValueError, match=r"2 seeds for num_envs=3"):
+        venv.reset(seed=[1, 2])
+
+
+def test_observation_layout():
+    cfg = dataclasses.replace(CFG, obs_levels=3)
+    env = LobEnv(cfg)
+    obs, _ = env.reset(seed=4)
+    ix = obs_index(cfg)
+    assert obs.shape == (4 * 3 + 11,)
+    s = env._state.book
+    spread = s.best[0, 1] - s.best[0, 0]
+    assert obs[ix["spread"]] == spread and obs[0] == -spread / 2 and obs[6] == spread / 2
+    assert obs[3] == s.depth[0, 0, s.best[0, 0]] / cfg.size_scale
+    assert obs[ix["time_left"]] == 1.0 and obs[ix["position"]] == 0

@@ -1,0 +1,102 @@
+"""The synthetic flow's documented stylised facts, its planted signal, and the baselines that read it."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from lobsim_env import MarketConfig, SyntheticConfig
+from lobsim_env.baselines import evaluate_policy
+from lobsim_env.core import SyntheticMarket
+from lobsim_env.synthetic import hash_draws
+
+
+def simulate(cfg: MarketConfig, books: int, steps: int, seed: int = 0):
+    """Flow only (the agent holds): per-step spread, mid (ticks), signed flow, regime."""
+    m = SyntheticMarket(cfg)
+    s = m.new_state(books)
+    m.reset_rows(s, np.arange(books), np.arange(books, dtype=np.uint64) + np.uint64(1000 * seed + 1))
+    hold = np.zeros(books, np.int64)
+    spread, mid, flow, regime = [], [], [], []
+    for _ in range(steps):
+        regime.append(s.regime.copy())
+        m.step(s, hold)
+        spread.append(s.book.best[:, 1] - s.book.best[:, 0])
+        mid.append(m.mid2(s) / 2)
+        flow.append(s.book.signed_volume.copy())
+    return s, np.array(spread), np.array(mid), np.array(flow), np.array(regime)
+
+
+@pytest.fixture(scope="module")
+def default_run():
+    return simulate(MarketConfig(), books=128, steps=800)
+
+
+def test_spread_mostly_one_or_two_ticks_never_crossed(default_run):
+    _, spread, *_ = default_run
+    assert spread.min() >= 1  # never crossed, never locked
+    share = np.bincount(spread.ravel(), minlength=4) / spread.size
+    assert share[1] > 0.75 and share[1] + share[2] > 0.97
+
+
+def test_mid_moves(default_run):
+    _, _, mid, *_ = default_run
+    dm = np.diff(mid, axis=0)
+    assert 0.05 < (dm != 0).mean() < 0.6  # the mid moves on a fair share of steps
+    assert dm.std() > 0.1
+    assert np.ptp(mid, axis=0).mean() > 5  # and wanders over an episode
+
+
+def test_cancels_outnumber_trades_several_fold(default_run):
+    s, *_ = default_run
+    ratio = s.book.n_cancels.sum() / s.book.n_trades.sum()
+    assert 3 < ratio < 20
+
+
+def test_planted_signal_predicts_next_mid_moves():
+    def corr(strength: float) -> tuple[float, float]:
+        cfg = MarketConfig(synthetic=SyntheticConfig(signal_strength=strength))
+        _, _, mid, flow, regime = simulate(cfg, books=128, steps=400, seed=1)
+        future = mid[10:] - mid[:-10]  # next 10 steps' mid move
+        flow_ema = np.zeros_like(flow, dtype=float)
+        for t in range(1, len(flow)):
+            flow_ema[t] = 0.9 * flow_ema[t - 1] + 0.1 * flow[t]
+        c_obs = np.corrcoef(flow_ema[:-10].ravel(), future.ravel())[0, 1]
+        c_lat = np.corrcoef(regime[1:-9].ravel(), future.ravel())[0, 1]
+        return c_obs, c_lat
+
+    obs_signal, latent_signal = corr(0.3)
+    obs_none, latent_none = corr(0.0)
+    assert obs_signal > 0.15 and latent_signal > 0.3
+    assert abs(obs_none) < 0.1 and abs(latent_none) < 0.05
+
+
+def test_oracle_earns_and_beats_flat_random_and_imbalance():
+    cfg = dataclasses.replace(MarketConfig(), horizon=500)
+    res = {
+        p: evaluate_policy(cfg, p, episodes=128, seed=7) for p in ("flat", "random", "imbalance", "oracle")
+    }
+    oracle = res["oracle"]
+    assert oracle["pnl_usd_mean"] > 5 * oracle["pnl_usd_sem"] > 0  # clearly positive over seeds
+    assert res["flat"]["pnl_usd_mean"] == 0 and res["flat"]["fills_mean"] == 0
+    assert oracle["pnl_usd_mean"] > res["random"]["pnl_usd_mean"]
+    assert oracle["pnl_usd_mean"] > res["imbalance"]["pnl_usd_mean"]
+    assert res["random"]["fees_usd_mean"] > 0
+
+
+def test_no_signal_no_oracle_edge():
+    cfg = MarketConfig(horizon=500, synthetic=SyntheticConfig(signal_strength=0.0))
+    r = evaluate_policy(cfg, "oracle", episodes=128, seed=7)
+    assert r["pnl_usd_mean"] < 0  # it only pays the spread and fees
+
+
+def test_hash_draws_are_per_book_pure_functions():
+    keys = np.array([1, 2, 3], np.uint64)
+    t = np.array([0, 5, 9], np.int64)
+    all3 = hash_draws(keys, t, 4)
+    for i in range(3):
+        assert np.array_equal(hash_draws(keys[i : i + 1], t[i : i + 1], 4)[:, 0], all3[:, i])
+    u = (hash_draws(np.arange(2000, dtype=np.uint64), np.zeros(2000, np.int64), 8) >> np.uint64(48)) / 65536
+    assert abs(u.mean() - 0.5) < 0.01 and abs(u.std() - 0.2887) < 0.01
