@@ -24,6 +24,8 @@ TICK = 100
 """LOBSTER prices are dollars * 10000; US equities trade on a one-cent grid, i.e. multiples of 100."""
 DUMMY_ASK_PRICE = 9_999_999_999
 DUMMY_BID_PRICE = -9_999_999_999
+MAX_SIZE = 10**12
+"""Sizes at or above this are rejected (np.fromstring saturates overflowing integers; this catches them)."""
 EVENT_TYPES = (1, 2, 3, 4, 5, 7)
 MESSAGE_COLUMNS = ("time", "type", "order_id", "size", "price", "direction")
 
@@ -111,12 +113,7 @@ def load_day(path: str | Path, *, levels: int | None = None) -> LobsterDay:
     book = None
     if ob_text is not None:
         ob_label = _label(path, ob_name)
-        book = _parse_table(ob_text, 4 * file_levels, ob_label)
-        if book.shape[0] != time_ns.shape[0]:
-            raise LobsterFormatError(
-                f"{ob_label}: {book.shape[0]} rows but the message file {msg_name} has {time_ns.shape[0]}; "
-                "row k of the orderbook file must be the book after message k (use the matching pair)"
-            )
+        book = _parse_table(ob_text, 4 * file_levels, ob_label, time_ns.shape[0])
         _validate_book(ob_label, book, file_levels)
         if levels < file_levels:
             book = np.ascontiguousarray(book[:, : 4 * levels])
@@ -199,8 +196,11 @@ def _lines_array(text: bytes) -> tuple[bytes, np.ndarray, np.ndarray]:
     return text, starts, ends
 
 
-def _fast_ints(text: bytes, ncols: int, nrows: int) -> np.ndarray | None:
-    """Parse `nrows` lines of exactly `ncols` plain integers, or None if the text is anything else."""
+def _fast_ints(text: bytes, ncols: int, nrows: int, *, saturation: bool = True) -> np.ndarray | None:
+    """Parse `nrows` lines of exactly `ncols` plain integers, or None if the text is anything else.
+
+    np.fromstring saturates out-of-range integers instead of failing: with `saturation` such values send
+    the text to the slow path, which names them; without it the caller's range checks must reject them."""
     if nrows == 0:
         return np.zeros((0, ncols), np.int64)
     try:
@@ -213,16 +213,20 @@ def _fast_ints(text: bytes, ncols: int, nrows: int) -> np.ndarray | None:
     if not (table[:, ncols] == _SENTINEL).all():
         return None
     values = table[:, :ncols]
-    # np.fromstring saturates out-of-range integers instead of failing; let the slow path name them.
-    if (values == _INT64_LIMITS[0]).any() or (values == _INT64_LIMITS[1]).any():
+    if saturation and ((values == _INT64_LIMITS[0]).any() or (values == _INT64_LIMITS[1]).any()):
         return None
     return values
 
 
-def _parse_table(text: bytes, ncols: int, label: str) -> np.ndarray:
-    """An integer CSV table (the orderbook file)."""
+def _parse_table(text: bytes, ncols: int, label: str, nrows: int) -> np.ndarray:
+    """The orderbook file: `nrows` lines of `ncols` integers (its range checks are _validate_book's)."""
     text = _normalise(text)
-    values = _fast_ints(text, ncols, text.count(b"\n"))
+    values = _fast_ints(text, ncols, nrows, saturation=False)
+    if values is None and (found := text.count(b"\n")) != nrows:
+        raise LobsterFormatError(
+            f"{label}: {found} rows but the message file has {nrows}; "
+            "row k of the orderbook file must be the book after message k (use the matching pair)"
+        )
     # The fast path returns a view that skips the sentinel column; copying it would cost more than the
     # strided access does downstream.
     return values if values is not None else _slow_table(text, ncols, label)
@@ -404,41 +408,45 @@ def _validate_messages(
         )
 
 
+def _shown(v: np.integer) -> str:
+    return f"{v} (the int64 limit: the text overflows it)" if int(v) in _INT64_LIMITS else str(v)
+
+
 def _secs(ns: int) -> str:
     return f"{int(ns) // 1_000_000_000}.{int(ns) % 1_000_000_000:09d}"
 
 
 def _validate_book(label: str, book: np.ndarray, levels: int) -> None:
-    names = []
-    for lv in range(1, levels + 1):
-        names += [f"ask_price_{lv}", f"ask_size_{lv}", f"bid_price_{lv}", f"bid_size_{lv}"]
+    """Every check is one or two passes over [M, levels] strided views; rows are located only on failure."""
 
-    def fail(bad: np.ndarray, cols: np.ndarray, expected: str) -> None:
+    def fail(bad: np.ndarray, first_col: int, expected: str) -> None:
+        if not bad.any():
+            return
         rows = np.flatnonzero(bad.any(axis=1))
-        if rows.size:
-            i = int(rows[0])
-            c = int(cols[np.flatnonzero(bad[i])[0]])
-            more = f" ({rows.size - 1} more rows like it)" if rows.size > 1 else ""
-            raise LobsterFormatError(
-                f"{label}: row {i + 1}, column {c + 1} ({names[c]}): value {book[i, c]}; "
-                f"expected {expected}{more}"
-            )
+        i = int(rows[0])
+        c = first_col + 4 * int(np.flatnonzero(bad[i])[0])
+        lv, what = c // 4 + 1, ("ask_price", "ask_size", "bid_price", "bid_size")[c % 4]
+        more = f" ({rows.size - 1} more rows like it)" if rows.size > 1 else ""
+        raise LobsterFormatError(
+            f"{label}: row {i + 1}, column {c + 1} ({what}_{lv}): value {_shown(book[i, c])}; "
+            f"expected {expected}{more}"
+        )
 
-    for side, dummy, cmp in ((0, DUMMY_ASK_PRICE, np.greater), (2, DUMMY_BID_PRICE, np.less)):
-        cols = np.arange(side, 4 * levels, 4)
-        p, s = book[:, cols], book[:, cols + 1]
+    for side, dummy in ((0, DUMMY_ASK_PRICE), (2, DUMMY_BID_PRICE)):
+        p, s = book[:, side::4], book[:, side + 1 :: 4]
         empty = p == dummy
-        real_price = (p > 0) & (p % TICK == 0) & (p < DUMMY_ASK_PRICE)
-        fail(~empty & ~real_price, cols, f"a positive multiple of {TICK} or the empty-level value {dummy}")
-        fail(empty & (s != 0), cols + 1, "size 0 on an empty level")
-        fail(~empty & (s <= 0), cols + 1, "a positive size on an occupied level")
+        # One unsigned compare keeps real prices in [TICK, DUMMY_ASK_PRICE) (negatives wrap to huge).
+        off_grid = ((p - TICK).view(np.uint64) >= np.uint64(DUMMY_ASK_PRICE - TICK)) | (p % TICK != 0)
+        fail(off_grid & ~empty, side, f"a positive multiple of {TICK} or the empty-level value {dummy}")
+        fail(s.view(np.uint64) >= np.uint64(MAX_SIZE), side + 1, f"a size in 0..{MAX_SIZE - 1}")
+        fail((s == 0) != empty, side + 1, "size 0 exactly on empty levels (dummy price), > 0 elsewhere")
         if levels > 1:
-            # Occupied levels first, strictly ordered away from the touch; dummies only after them.
-            ordered = cmp(p[:, 1:], p[:, :-1]) | empty[:, 1:]
-            fail(~ordered | (empty[:, :-1] & ~empty[:, 1:]), cols[1:],
-                 "levels ordered away from the best price, empty levels only after occupied ones")
-    both = (book[:, 0] != DUMMY_ASK_PRICE) & (book[:, 2] != DUMMY_BID_PRICE)
-    crossed = np.flatnonzero(both & (book[:, 2] >= book[:, 0]))
+            # Strictly away from the touch; dummies (the extreme values) can only follow occupied levels.
+            ordered = (p[:, 1:] > p[:, :-1]) if side == 0 else (p[:, 1:] < p[:, :-1])
+            fail(~(ordered | empty[:, 1:]), side + 4, "levels ordered away from the best price, "
+                 "empty levels only after occupied ones")
+    # With prices validated, dummies can never cross: a dummy ask is above and a dummy bid below every price.
+    crossed = np.flatnonzero(book[:, 2] >= book[:, 0])
     if crossed.size:
         i = int(crossed[0])
         raise LobsterFormatError(

@@ -165,6 +165,8 @@ BAD_BOOK = [
     ("5801000,0,5800000,100,5802300,100,5799000,20", r"row 2, column 2 \(ask_size_1\): value 0"),
     ("5801000,50,5800000,100,5800900,100,5799000,20", r"column 5 \(ask_price_2\): value 5800900; .*order"),
     ("5801000,50,5800000,100,5802300,100,5799000,2x", r"row 2, column 8: value '2x'"),
+    ("5801000,50,5800000,1" + "0" * 20 + ",5802300,100,5799000,20", r"column 4 \(bid_size_1\): .*overflows"),
+    ("5801000,50,-" + "9" * 20 + ",100,5802300,100,5799000,20", r"column 3 \(bid_price_1\): .*overflows"),
 ]
 
 
@@ -177,7 +179,7 @@ def test_malformed_orderbook_row_is_named(tmp_path: Path, line: str, error: str)
 
 
 def test_row_count_mismatch(tmp_path: Path) -> None:
-    with pytest.raises(LobsterFormatError, match=r"3 rows but the message file .* has 4"):
+    with pytest.raises(LobsterFormatError, match=r"3 rows but the message file has 4"):
         load_day(write_day(tmp_path, MESSAGES, BOOK[:3]))
 
 
