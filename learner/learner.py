@@ -44,7 +44,8 @@ class _Trainable:
         self.flat, self.grad = flatten_parameters_(net)
         self.target_flat, _ = flatten_parameters_(target)
         self.target_flat.requires_grad_(False)
-        self.opt = torch.optim.Adam([self.flat], lr=lr, eps=eps)
+        # fused on CUDA: the whole Adam step of a flat buffer is one kernel
+        self.opt = torch.optim.Adam([self.flat], lr=lr, eps=eps, fused=self.flat.is_cuda or None)
 
     def snapshot(self) -> tuple[torch.Tensor, dict]:
         """Parameters and Adam state before a step, so a step that ends non-finite can be undone."""
@@ -125,11 +126,12 @@ class Learner:
     # ------------------------------------------------------------------ update
     def update(self, batch: dict) -> dict[str, float]:
         cfg = self.cfg
-        rollout = rollout_from_batch(
-            batch, obs_dim=self.obs_dim, n_actions=self.n_actions, device=self.device
-        )
-        self.replay.add(nstep_transitions(rollout, cfg.gamma, cfg.n_step, cfg.reward_scale))
-        self.queue.push(rollout)
+        # Validation and n-step returns run where the batch arrives (the host, for numpy batches): a few
+        # dozen tiny [T, B] ops are cheaper there than as kernel launches.
+        host = rollout_from_batch(batch, obs_dim=self.obs_dim, n_actions=self.n_actions)
+        nstep = nstep_transitions(host, cfg.gamma, cfg.n_step, cfg.reward_scale)
+        self.replay.add({k: v.to(self.device, non_blocking=True) for k, v in nstep.items()})
+        self.queue.push(host.to(self.device))
         ro = self.queue.pop()
         self.step += 1
         out: dict[str, torch.Tensor] = {}

@@ -43,8 +43,12 @@ class Rollout:
     def to_dict(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
+    def to(self, device: torch.device) -> Rollout:
+        d = self.to_dict()
+        return Rollout(**{k: (v.to(device) if torch.is_tensor(v) else v) for k, v in d.items()})
 
-def rollout_from_batch(batch: dict, *, obs_dim: int, n_actions: int, device: torch.device) -> Rollout:
+
+def rollout_from_batch(batch: dict, *, obs_dim: int, n_actions: int) -> Rollout:
     """Checks keys, dtypes, shapes and values of a rollout dict; one ValueError names every problem."""
     if not isinstance(batch, dict):
         raise ValueError(f"batch must be a dict of rollout columns, got {type(batch).__name__}")
@@ -101,8 +105,7 @@ def rollout_from_batch(batch: dict, *, obs_dim: int, n_actions: int, device: tor
     # Index the valid steps where the data arrives (the CPU, for numpy batches): on the device, each boolean
     # mask would be a host sync, and the learner needs this selection a dozen times per update.
     cols["valid_idx"] = cols["valid"].reshape(-1).nonzero().squeeze(1)
-    moved = {k: v.to(device, non_blocking=True) for k, v in cols.items()}
-    return Rollout(policy_version=version, **moved)
+    return Rollout(policy_version=version, **cols)
 
 
 def nstep_transitions(r: Rollout, gamma: float, n: int, reward_scale: float) -> dict[str, torch.Tensor]:

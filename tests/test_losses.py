@@ -160,13 +160,13 @@ def _batch(t_len=4, b=2, d=3):
 
 
 def test_rollout_validation_names_every_problem():
-    rollout_from_batch(_batch(), obs_dim=3, n_actions=2, device=torch.device("cpu"))
+    rollout_from_batch(_batch(), obs_dim=3, n_actions=2)
     bad = _batch()
     bad["actions"] = bad["actions"].astype(np.int32)
     bad["rewards"] = np.zeros((5, 2), np.float32)
     bad["policy_version"] = -1
     with pytest.raises(ValueError) as e:
-        rollout_from_batch(bad, obs_dim=3, n_actions=2, device=torch.device("cpu"))
+        rollout_from_batch(bad, obs_dim=3, n_actions=2)
     msg = str(e.value)
     assert "batch['actions'].dtype=torch.int32 must be torch.int64" in msg
     assert "batch['rewards'].shape=(5, 2) must be [T, B]=(4, 2)" in msg
@@ -176,18 +176,17 @@ def test_rollout_validation_names_every_problem():
             {k: v for k, v in _batch().items() if k != "valid"},
             obs_dim=3,
             n_actions=2,
-            device=torch.device("cpu"),
         )
     with pytest.raises(ValueError, match=r"obs_dim=4"):
-        rollout_from_batch(_batch(), obs_dim=4, n_actions=2, device=torch.device("cpu"))
+        rollout_from_batch(_batch(), obs_dim=4, n_actions=2)
     oob = _batch()
     oob["actions"][0, 0] = 2
     with pytest.raises(ValueError, match=r"\[0, 2\)"):
-        rollout_from_batch(oob, obs_dim=3, n_actions=2, device=torch.device("cpu"))
+        rollout_from_batch(oob, obs_dim=3, n_actions=2)
     nan = _batch()
     nan["rewards"][1, 1] = np.nan
     with pytest.raises(ValueError, match=r"rewards.*NaN"):
-        rollout_from_batch(nan, obs_dim=3, n_actions=2, device=torch.device("cpu"))
+        rollout_from_batch(nan, obs_dim=3, n_actions=2)
 
 
 def test_replay_ring_wraps_and_samples_only_stored_rows():
