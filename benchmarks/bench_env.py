@@ -1,0 +1,143 @@
+"""Env throughput on one core: the native LobVectorEnv beside gymnasium's SyncVectorEnv over LobEnv, and
+LOBSTER replay messages per second including parsing.
+
+    python benchmarks/bench_env.py [--quick] [--json PATH]
+
+The process pins itself to one CPU and sets the BLAS/OpenMP thread counts to 1 before numpy loads. Actions are
+uniform random (pre-drawn), so the agent's order handling is exercised, not just the flow. Steps/s counts
+env steps (one book advancing one step), i.e. B x vector steps per second. The SyncVectorEnv at B = 4096 runs
+a capped number of steps. Replay is timed as `lobsim_env.lobster.load_day(path)` plus
+`lobsim_env.replay.replay(day)` over the sample days. The last line printed is
+`ratio_vs_sync=<native/sync at B=1024> steps_per_s=<native at B=4096> replay_msgs_per_s=<x>`.
+"""
+
+from __future__ import annotations
+
+import os
+
+for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+    os.environ[_var] = "1"
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import platform  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import gymnasium as gym  # noqa: E402
+import numpy as np  # noqa: E402
+
+from lobsim_env import LobEnv, LobVectorEnv, MarketConfig  # noqa: E402
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "lobster"
+if not DATA.exists():
+    DATA = Path("/work/shared/data/lobster")
+
+
+def pin_one_core() -> str:
+    if hasattr(os, "sched_setaffinity"):
+        cpu = sorted(os.sched_getaffinity(0))[0]
+        os.sched_setaffinity(0, {cpu})
+        return f"cpu{cpu}"
+    return "unpinned"
+
+
+def time_steps(env, actions: np.ndarray, warmup: int) -> float:
+    """Seconds per vector step (best of the remaining steps split in three chunks)."""
+    for a in actions[:warmup]:
+        env.step(a)
+    rest = actions[warmup:]
+    chunks = np.array_split(rest, min(3, len(rest)))
+    best = float("inf")
+    for chunk in chunks:
+        t = time.perf_counter()
+        for a in chunk:
+            env.step(a)
+        best = min(best, (time.perf_counter() - t) / len(chunk))
+    return best
+
+
+def bench_native(B: int, steps: int, cfg: MarketConfig) -> float:
+    env = LobVectorEnv(B, cfg)
+    env.reset(seed=0)
+    acts = np.random.default_rng(0).integers(0, 7, (steps + 5, B))
+    return B / time_steps(env, acts, 5)
+
+
+def bench_sync(B: int, steps: int, cfg: MarketConfig) -> float:
+    env = gym.vector.SyncVectorEnv([lambda: LobEnv(cfg) for _ in range(B)])
+    env.reset(seed=0)
+    acts = np.random.default_rng(0).integers(0, 7, (steps + 1, B))
+    return B / time_steps(env, acts, 1)
+
+
+def bench_replay(paths: list[Path]) -> tuple[float, list[dict]]:
+    from lobsim_env.lobster import load_day
+    from lobsim_env.replay import replay
+
+    rows, total_msgs, total_s = [], 0, 0.0
+    for p in paths:
+        best = float("inf")
+        for _ in range(2):
+            t = time.perf_counter()
+            day = load_day(p)
+            replay(day)
+            best = min(best, time.perf_counter() - t)
+        rows.append(
+            {"file": p.name, "messages": day.n_messages, "seconds": best, "msgs_per_s": day.n_messages / best}
+        )
+        total_msgs += day.n_messages
+        total_s += best
+    return total_msgs / total_s, rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="fewer steps; under 30 s")
+    ap.add_argument("--json", type=Path, help="also write the results here")
+    args = ap.parse_args(argv)
+    core = pin_one_core()
+    cfg = MarketConfig()
+    sizes = (1, 64, 1024, 4096)
+    native_steps = (
+        {1: 300, 64: 200, 1024: 60, 4096: 40} if args.quick else {1: 3000, 64: 1500, 1024: 400, 4096: 200}
+    )
+    sync_steps = {1: 300, 64: 20, 1024: 3, 4096: 2} if args.quick else {1: 3000, 64: 200, 1024: 20, 4096: 4}
+    print(
+        f"# {time.strftime('%Y-%m-%d %H:%M:%S')} {platform.node()} {platform.machine()} "
+        f"python {platform.python_version()} numpy {np.__version__} gymnasium {gym.__version__} pinned {core}"
+    )
+    print(f"# events_per_step={cfg.events_per_step} horizon={cfg.horizon} random actions")
+    print(f"{'B':>6} {'native steps/s':>16} {'sync steps/s':>14} {'ratio':>8}")
+    results = []
+    for B in sizes:
+        n = bench_native(B, native_steps[B], cfg)
+        s = bench_sync(B, sync_steps[B], cfg)
+        results.append({"B": B, "native_steps_per_s": n, "sync_steps_per_s": s, "ratio": n / s})
+        print(f"{B:>6} {n:>16,.0f} {s:>14,.0f} {n / s:>8.1f}", flush=True)
+    files = sorted(DATA.glob("LOBSTER_SampleFile_*.zip"))
+    if args.quick:
+        files = [f for f in files if "AMZN_2012-06-21_5" in f.name] or files[:1]
+    try:
+        replay_rate, replay_rows = bench_replay(files)
+        for r in replay_rows:
+            print(
+                f"replay {r['file']}: {r['messages']:,} messages in {r['seconds']:.3f} s "
+                f"= {r['msgs_per_s']:,.0f}/s"
+            )
+    except (ImportError, FileNotFoundError) as e:  # the replay is another module's; report, do not hide
+        print(f"replay not measured: {e!r}", file=sys.stderr)
+        replay_rate, replay_rows = float("nan"), []
+    if args.json:
+        args.json.write_text(json.dumps({"env": results, "replay": replay_rows}, indent=2))
+    by_b = {r["B"]: r for r in results}
+    print(
+        f"ratio_vs_sync={by_b[1024]['ratio']:.1f} steps_per_s={by_b[4096]['native_steps_per_s']:.0f} "
+        f"replay_msgs_per_s={replay_rate:.0f}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
