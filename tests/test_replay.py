@@ -229,3 +229,69 @@ def test_cli_runs_as_a_module() -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert "49482 messages" in proc.stdout and "exception revealed_level: 11207 rows" in proc.stdout
+
+
+# ----------------------------------------------------------------------- random days from a full-depth book
+
+
+def random_day(seed: int, levels: int, n: int = 400) -> LobsterDay:
+    """A LOBSTER-like day cut to `levels` from a deeper book: messages only inside the visible range."""
+    rng = np.random.default_rng(seed)
+    asks = {100 + i: int(rng.integers(1, 5)) for i in range(1, rng.integers(1, 2 * levels + 2))}
+    bids = {100 - i: int(rng.integers(1, 5)) for i in range(0, rng.integers(1, 2 * levels + 2))}
+    msgs, rows = [], []
+
+    def top(side: dict[int, int], worse: int) -> list[int]:
+        return sorted(side, key=lambda p: p * worse)[:levels]
+
+    def row() -> list[int]:
+        out = []
+        ta, tb = top(asks, 1), top(bids, -1)
+        for i in range(levels):
+            out += [ta[i], asks[ta[i]]] if i < len(ta) else [A, 0]
+            out += [tb[i], bids[tb[i]]] if i < len(tb) else [B, 0]
+        return out
+
+    while len(msgs) < n:
+        d = int(rng.choice([-1, 1]))
+        side, worse = (asks, 1) if d == -1 else (bids, -1)
+        other = bids if d == -1 else asks
+        r = rng.random()
+        if r < 0.05:
+            msgs.append((5, 1, 100, d))  # hidden execution
+        elif r < 0.5 or not side:
+            # A submission that never crosses: at or behind the opposite best.
+            edge = (max(other) + 1) if (d == -1 and other) else (min(other) - 1) if other else 100
+            p = edge + worse * int(rng.integers(0, 2 * levels + 2))
+            s = int(rng.integers(1, 5))
+            visible = sum(q * worse < p * worse for q in side) < levels
+            side[p] = side.get(p, 0) + s
+            if not visible:
+                continue  # LOBSTER leaves out what happens behind the depth
+            msgs.append((1, s, p, d))
+        else:
+            p = int(rng.choice(top(side, worse)))
+            s = int(rng.integers(1, side[p] + 1))
+            msgs.append((int(rng.choice([2, 3, 4])) if s == side[p] else 2, s, p, d))
+            side[p] -= s
+            if side[p] == 0:
+                del side[p]
+        rows.append(row())
+    return small_day(msgs, rows, levels=levels)
+
+
+@pytest.mark.parametrize("levels", [1, 2, 3])
+@pytest.mark.parametrize("seed", range(8))
+def test_random_days_replay_exactly(seed: int, levels: int) -> None:
+    day = random_day(seed, levels)
+    fast, slow = replay(day), replay_sequential(day)
+    for f in ("book", "undetermined", "effect", "level"):
+        assert np.array_equal(getattr(fast, f), getattr(slow, f)), f
+    rep = check(day, fast)
+    assert rep.ok and rep.rows_matched + sum(rep.exceptions.values()) == rep.rows
+    revealed = (fast.effect[1:] == REMOVE) & fast.undetermined[1:].any(axis=1)
+    assert rep.exceptions[REVEALED_LEVEL] == int(revealed.sum())
+    # Cut to fewer levels, the same day still replays exactly; what lay behind becomes BEYOND_DEPTH.
+    if levels > 1:
+        cut = dataclasses.replace(day, levels=levels - 1, book=day.book[:, : 4 * (levels - 1)])
+        assert check(cut).ok
