@@ -30,6 +30,8 @@ EVENT_NAMES = ("none", "limit_bid", "limit_ask", "market_buy", "market_sell", "c
 # The book side an event touches: a market buy takes from the asks, a market sell from the bids.
 _EVENT_SIDE = np.array([BID, BID, ASK, ASK, BID, BID, ASK], dtype=np.int64)
 _EVENT_KIND = np.array([0, 1, 1, 2, 2, 3, 3], dtype=np.int64)  # 0 none, 1 limit, 2 market, 3 cancel
+NO_ORDER = -1
+"""own_tick of a side without an agent order (absolute ticks are positive), so one comparison finds it."""
 CANCEL_U_RANGE = 65536
 """`cancel_u` is uniform in [0, 65536): the unit cancelled is ahead iff cancel_u*others < ahead*65536."""
 
@@ -45,7 +47,7 @@ class BookState:
     best: np.ndarray
     """[B, 2] window index of the best bid (-1 if none) and best ask (W if none)."""
     own_tick: np.ndarray
-    """[B, 2] absolute tick of the agent's resting bid / ask (meaningful where own_size > 0)."""
+    """[B, 2] absolute tick of the agent's resting bid / ask; NO_ORDER (-1) where own_size == 0."""
     own_size: np.ndarray
     """[B, 2] the agent's resting size per side (0 = no order)."""
     own_ahead: np.ndarray
@@ -60,6 +62,8 @@ class BookState:
     """[B] market orders that executed (cumulative, for the stylised facts)."""
     n_cancels: np.ndarray
     """[B] unit cancels that executed (cumulative)."""
+    rows2: np.ndarray
+    """[B] constant 2 * row: flat index of a row's bid in [B, 2] arrays (cached for the hot path)."""
 
     @property
     def n_books(self) -> int:
@@ -77,7 +81,7 @@ class BookState:
             depth=np.zeros((n_books, 2, window), np.int64),
             base=np.zeros(n_books, np.int64),
             best=best,
-            own_tick=z2.copy(),
+            own_tick=np.full((n_books, 2), NO_ORDER, np.int64),
             own_size=z2.copy(),
             own_ahead=z2.copy(),
             own_filled=z2.copy(),
@@ -85,6 +89,7 @@ class BookState:
             signed_volume=np.zeros(n_books, np.int64),
             n_trades=np.zeros(n_books, np.int64),
             n_cancels=np.zeros(n_books, np.int64),
+            rows2=np.arange(0, 2 * n_books, 2),
         )
 
 
@@ -97,8 +102,9 @@ def open_books(book: BookState, rows: np.ndarray, best_bid_tick: np.ndarray, bas
     book.depth[rows, ASK] = np.where(j > centre, base_depth, 0)
     book.base[rows] = np.asarray(best_bid_tick, np.int64) - centre
     book.best[rows] = (centre, centre + 1)
-    for a in (book.own_tick, book.own_size, book.own_ahead, book.own_filled, book.own_filled_ticks):
+    for a in (book.own_size, book.own_ahead, book.own_filled, book.own_filled_ticks):
         a[rows] = 0
+    book.own_tick[rows] = NO_ORDER
     book.signed_volume[rows] = 0
     book.n_trades[rows] = 0
     book.n_cancels[rows] = 0
@@ -164,38 +170,45 @@ def apply_prepared(
 ) -> None:
     """The hot path of `apply_event`: sides and kinds decoded, market levels resolved to the best, limits
     known not to cross (the synthetic flow guarantees it by construction). Arrays are [B]."""
-    B, _, W = book.depth.shape
-    sflat = np.arange(0, 2 * B, 2) + side
+    W = book.window
+    sflat = book.rows2 + side
     best_flat = book.best.reshape(-1)
     best_side = best_flat[sflat]
-    lvc = np.clip(lvl, 0, W - 1)
+    lvc = np.minimum(np.maximum(lvl, 0), W - 1)
     valid = lvc == lvl
     f = sflat * W + lvc
     depth_flat = book.depth.reshape(-1)
     q = depth_flat[f]
 
-    own_sz = book.own_size.reshape(-1)[sflat]
     own_tick = book.own_tick.reshape(-1)[sflat]
-    at_own = (own_sz > 0) & (own_tick == book.base + lvl)
-    own_here = own_sz * at_own
-    others = q - own_here
-
+    at_own = own_tick == book.base + lvl  # NO_ORDER never matches
     take = np.minimum(size, q) * (is_market & valid)
-    cancel = is_cancel & valid & (cancel_gate < others)
-    newq = q - take - cancel + size * (is_limit & valid)
+    cancel = is_cancel & valid
+    if at_own.any():
+        own_here = book.own_size.reshape(-1)[sflat] * at_own
+        cancel &= cancel_gate < q - own_here  # others' size only
+    else:
+        cancel &= cancel_gate < q
+    removed = take + cancel
+    lim = is_limit & valid
+    newq = q + size * lim - removed
     depth_flat[f] = newq
 
-    touched = at_own & ((take > 0) | cancel)
+    touched = at_own & (removed > 0)
     if touched.any():
         r = np.flatnonzero(touched)
         sf = sflat[r]
         own_ah = book.own_ahead.reshape(-1)[sf]
+        own_sz = book.own_size.reshape(-1)[sf]
         tk = take[r]
         from_ahead = np.minimum(tk, own_ah)
-        to_own = np.minimum(tk - from_ahead, own_here[r])
-        c_ahead = cancel[r] & (cancel_u[r] * others[r] < own_ah * CANCEL_U_RANGE)
+        to_own = np.minimum(tk - from_ahead, own_sz)
+        others = q[r] - own_sz
+        c_ahead = cancel[r] & (cancel_u[r] * others < own_ah * CANCEL_U_RANGE)
         book.own_ahead.reshape(-1)[sf] = own_ah - from_ahead - c_ahead
-        book.own_size.reshape(-1)[sf] -= to_own
+        left = own_sz - to_own
+        book.own_size.reshape(-1)[sf] = left
+        book.own_tick.reshape(-1)[sf] = np.where(left > 0, own_tick[r], NO_ORDER)
         book.own_filled.reshape(-1)[sf] += to_own
         book.own_filled_ticks.reshape(-1)[sf] += to_own * own_tick[r]
     book.signed_volume += take * (2 * side - 1)
@@ -203,9 +216,9 @@ def apply_prepared(
     book.n_cancels += cancel
 
     # Best quotes: a limit can only improve its side; a taken or cancelled best level may empty.
-    improve = is_limit & valid & ((lvl - best_side) * (1 - 2 * side) > 0)
+    improve = lim & ((lvl - best_side) * (1 - 2 * side) > 0)
     best_flat[sflat] = np.where(improve, lvl, best_side)
-    emptied = (newq == 0) & (lvl == best_side) & ((take > 0) | cancel)
+    emptied = (newq == 0) & (removed > 0) & (lvl == best_side)
     if emptied.any():
         r = np.flatnonzero(emptied)
         _rescan_best(book, r, side[r])
@@ -214,11 +227,11 @@ def apply_prepared(
 def _rescan_best(book: BookState, rows: np.ndarray, s: np.ndarray) -> None:
     """Recomputes the best level of side s[i] of book rows[i] (only for the few rows whose best emptied)."""
     W = book.window
-    has = book.depth[rows, s] > 0  # [n, W]
+    has = book.depth.reshape(-1, W)[rows * 2 + s] > 0  # [n, W]
     any_ = has.any(axis=1)
     top_bid = W - 1 - np.argmax(has[:, ::-1], axis=1)
     low_ask = np.argmax(has, axis=1)
-    book.best[rows, s] = np.where(s == BID, np.where(any_, top_bid, -1), np.where(any_, low_ask, W))
+    book.best.reshape(-1)[rows * 2 + s] = np.where(s == BID, np.where(any_, top_bid, -1), np.where(any_, low_ask, W))
 
 
 def rescan_all(book: BookState, rows: np.ndarray) -> None:
@@ -237,30 +250,39 @@ def join_best(book: BookState, rows: np.ndarray, side: int, size: np.ndarray) ->
     lvl = book.best[rows, side]
     ok = (lvl >= 0) & (lvl < W) & (size > 0)
     r, lvl, size = rows[ok], lvl[ok], size[ok]
-    book.own_ahead[r, side] = book.depth[r, side, lvl]
-    book.own_tick[r, side] = book.base[r] + lvl
-    book.own_size[r, side] = size
-    book.depth[r, side, lvl] += size
+    o = r * 2 + side
+    f = o * W + lvl
+    depth = book.depth.reshape(-1)
+    book.own_ahead.reshape(-1)[o] = depth[f]
+    book.own_tick.reshape(-1)[o] = book.base[r] + lvl
+    book.own_size.reshape(-1)[o] = size
+    depth[f] += size
     return ok
 
 
 def cancel_own(book: BookState, rows: np.ndarray, side: int) -> None:
     """Cancels the agent's resting order on `side` in `rows` (no-op where there is none)."""
-    rows = rows[book.own_size[rows, side] > 0]
+    own_size = book.own_size.reshape(-1)
+    o = rows * 2 + side
+    keep = own_size[o] > 0
+    rows, o = rows[keep], o[keep]
     if rows.size == 0:
         return
-    lvl = book.own_tick[rows, side] - book.base[rows]
-    book.depth[rows, side, lvl] -= book.own_size[rows, side]
-    book.own_size[rows, side] = 0
-    book.own_ahead[rows, side] = 0
-    emptied = (book.depth[rows, side, lvl] == 0) & (lvl == book.best[rows, side])
+    W = book.window
+    lvl = book.own_tick.reshape(-1)[o] - book.base[rows]
+    f = o * W + lvl
+    depth = book.depth.reshape(-1)
+    left = depth[f] - own_size[o]
+    depth[f] = left
+    own_size[o] = 0
+    book.own_ahead.reshape(-1)[o] = 0
+    book.own_tick.reshape(-1)[o] = NO_ORDER
+    emptied = (left == 0) & (lvl == book.best.reshape(-1)[o])
     if emptied.any():
         _rescan_best(book, rows[emptied], np.full(int(emptied.sum()), side))
 
 
-def take_liquidity(
-    book: BookState, rows: np.ndarray, side_hit: int, qty: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
+def take_liquidity(book: BookState, rows: np.ndarray, side_hit: int, qty: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The agent's marketable order for `qty` walks the levels of `side_hit` (ASK for a buy) in `rows`.
 
     Fills at each level's price until filled or the window's side is exhausted (the rest is dropped). The
@@ -272,16 +294,18 @@ def take_liquidity(
     ticks = np.zeros(rows.shape[0], np.int64)
     rem = qty.astype(np.int64).copy()
     active = np.flatnonzero(rem > 0)
+    depth = book.depth.reshape(-1)
     while active.size:
         r = rows[active]
-        lvl = book.best[r, side_hit]
+        lvl = book.best.reshape(-1)[r * 2 + side_hit]
         live = (lvl >= 0) & (lvl < W)
         active, r, lvl = active[live], r[live], lvl[live]
         if active.size == 0:
             break
-        q = book.depth[r, side_hit, lvl]
+        f = (r * 2 + side_hit) * W + lvl
+        q = depth[f]
         c = np.minimum(rem[active], q)
-        book.depth[r, side_hit, lvl] = q - c
+        depth[f] = q - c
         filled[active] += c
         ticks[active] += c * (book.base[r] + lvl)
         rem[active] -= c
@@ -338,6 +362,7 @@ def recentre(book: BookState, margin: int, base_depth: int) -> None:
         gone = (book.own_size[r, s] > 0) & ((own_lvl < 0) | (own_lvl >= W))
         book.own_size[r[gone], s] = 0
         book.own_ahead[r[gone], s] = 0
+        book.own_tick[r[gone], s] = NO_ORDER
     rescan_all(book, r)
     bb, ba = book.best[r, BID], book.best[r, ASK]
     no_bid, no_ask = bb < 0, ba >= W

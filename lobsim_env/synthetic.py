@@ -76,6 +76,9 @@ class SyntheticFlow:
         self.anchor = np.array([0, 1, 0, 1, 0, 0, 1], np.int64)
         self.off_sign = np.array([0, -1, 1, 0, 0, -1, 1], np.int64)
         self.off_const = np.array([0, -1, 1, 0, 0, 0, 0], np.int64)
+        # Fused lookups for the hot path: offset by (etype, level byte), size by (is_market, size byte).
+        self.offset_table = (self.off_sign[:, None] * self.level_table[None, :] + self.off_const[:, None]).ravel()
+        self.size_table = np.concatenate([self.limit_size_table, 1 + (np.arange(256) >> 7)])
 
     def initial_regime(self, key: np.ndarray) -> np.ndarray:
         """The regime a book opens in: uniform on {-1, 0, +1}, from the key alone."""
@@ -95,24 +98,24 @@ class SyntheticFlow:
         Bits: 4-15 event type (through the regime's probabilities), 16-23 level d, 24-31 size,
         32-47 cancel acceptance, 48-63 the cancel's place in the queue relative to the agent.
         """
-        u_type = ((h >> np.uint64(4)) & np.uint64(0xFFF)).astype(np.int64)
-        etype = self.etype_table[u_type + ((regime + 1) * 4096)[None, :]]
-        d = self.level_table[((h >> np.uint64(16)) & np.uint64(0xFF)).astype(np.int64)]
-        byte = ((h >> np.uint64(24)) & np.uint64(0xFF)).astype(np.int64)
-        kind = (etype + 1) // 2  # 1 limit, 2 market, 3 cancel
+        E, B = h.shape
+        # Bit fields as zero-copy little-endian views instead of shifts and masks.
+        h = h.astype("<u8", copy=False)
+        f16 = h.view(np.uint16).reshape(E, B, 4)
+        f8 = h.view(np.uint8).reshape(E, B, 8)
+        etype = self.etype_table[(f16[:, :, 0] >> 4) + ((regime + 1) * 4096)[None, :]]
+        kind = (etype + 1) >> 1  # 1 limit, 2 market, 3 cancel
         is_market = kind == 2
-        size = np.where(is_market, 1 + (byte >> 7), self.limit_size_table[byte])
-        u_acc = ((h >> np.uint64(32)) & np.uint64(0xFFFF)).astype(np.int64)
         return PreparedEvents(
             side=bk._EVENT_SIDE[etype],
             is_limit=kind == 1,
             is_market=is_market,
             is_cancel=kind == 3,
             anchor=self.anchor[etype],
-            offset=self.off_sign[etype] * d + self.off_const[etype],
-            size=size,
-            cancel_gate=(u_acc * self.cfg.queue_ref) >> 16,
-            cancel_u=(h >> np.uint64(48)).astype(np.int64),
+            offset=self.offset_table[etype * 256 + f8[:, :, 2]],
+            size=self.size_table[is_market * 256 + f8[:, :, 3]],
+            cancel_gate=(f16[:, :, 2].astype(np.int64) * self.cfg.queue_ref) >> 16,
+            cancel_u=f16[:, :, 3].astype(np.int64),
         )
 
 
@@ -133,8 +136,7 @@ class PreparedEvents:
 
     def apply(self, book: bk.BookState, e: int) -> None:
         """Applies slot e to the books (the level is resolved against the quotes as they are now)."""
-        rows2 = np.arange(0, 2 * book.n_books, 2)
-        lvl = book.best.reshape(-1)[rows2 + self.anchor[e]] + self.offset[e]
+        lvl = book.best.reshape(-1)[book.rows2 + self.anchor[e]] + self.offset[e]
         bk.apply_prepared(
             book,
             self.side[e],
