@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import math
 
 import torch
 
@@ -29,7 +28,7 @@ from learner.network import (
     group_slices,
     quantile_midpoints,
 )
-from learner.replay import OnPolicyQueue, ReplayBuffer, nstep_transitions, rollout_from_batch
+from learner.replay import OnPolicyQueue, ReplayBuffer, Rollout, nstep_transitions, rollout_from_batch
 
 CHECKPOINT_FORMAT = "foxhunt_ray.learner/1"
 _DUELING_SEED_OFFSET = 0x5EED  # the dueling head's own generator: seeded apart from the main net's RNG
@@ -113,9 +112,7 @@ class Learner:
         self.dueling: _Trainable | None = None
         if cfg.dueling_mode != "off":
             head = DuelingQHead(cfg.hidden_dim, n_actions, seed=seed + _DUELING_SEED_OFFSET)
-            self.dueling = _Trainable(
-                head.to(self.device), cfg.dueling_lr, cfg.adam_eps, cfg.dueling_grad_clip
-            )
+            self.dueling = _Trainable(head.to(self.device), cfg.dueling_lr, cfg.adam_eps, cfg.dueling_grad_clip)
         self.support = torch.linspace(cfg.v_min, cfg.v_max, cfg.n_atoms, device=self.device)
         self.gen = torch.Generator(device=self.device).manual_seed(seed)  # IQN tau samples
         self.replay = ReplayBuffer(cfg.replay_capacity, obs_dim, self.device, seed + 1)
@@ -125,6 +122,7 @@ class Learner:
 
     # ------------------------------------------------------------------ update
     def update(self, batch: dict) -> dict[str, float]:
+        """One learner step on `batch` (a rollout, see learner.replay); returns the diag dict."""
         cfg = self.cfg
         # Validation and n-step returns run where the batch arrives (the host, for numpy batches): a few
         # dozen tiny [T, B] ops are cheaper there than as kernel launches.
@@ -136,19 +134,56 @@ class Learner:
         self.step += 1
         out: dict[str, torch.Tensor] = {}
 
-        # --- on-policy: PPO, entropy, distillation, V_scalar on the rollout ---
+        l_pi, ent, l_distill, l_v = self._policy_losses(ro, out)
+        zero = torch.zeros((), device=self.device)
+        l_c51 = l_iqn = l_dueling = zero
+        q_trained = len(self.replay) >= cfg.replay_min_size
+        if q_trained:
+            l_c51, l_iqn, l_dueling = self._q_losses(self.replay.sample(cfg.q_batch_size))
+        loss = (
+            l_pi
+            - cfg.entropy_coef * ent
+            + cfg.distill_coef * l_distill
+            + cfg.value_coef * l_v
+            + cfg.c51_coef * l_c51
+            + cfg.iqn_coef * l_iqn
+        )
+        if cfg.inject_nan_at == self.step:  # test-only fault: exercises the guard in _apply end to end
+            loss = loss * float("nan")
+        if not self._apply(loss, l_dueling if q_trained else None, out) and self.nan_abort_step == 0:
+            self.nan_abort_step = self.step
+
+        out.update({D.L_C51: l_c51, D.L_IQN: l_iqn, D.L_PI: l_pi, D.L_V: l_v, D.L_DISTILL: l_distill})
+        out.update({D.L_DUELING: l_dueling, D.ENTROPY: ent})
+        keys = list(out)
+        values = torch.stack([out[k].detach().float().reshape(()) for k in keys]).tolist()  # one device sync
+        result = dict(zip(keys, values, strict=True))
+        result.setdefault(D.V_DQ_MEAN, 0.0)
+        result.setdefault(D.grad_norm_key("dueling"), 0.0)
+        result[D.STEP] = float(self.step)
+        result[D.NAN_ABORT_STEP] = float(self.nan_abort_step)
+        result[D.POLICY_LAG] = float(self.step - 1 - ro.policy_version)
+        result[D.REPLAY_SIZE] = float(len(self.replay))
+        result[D.TRANSITIONS] = float(ro.valid_idx.numel())
+        result[D.Q_TRAINED] = float(q_trained)
+        return result
+
+    def _policy_losses(self, ro: Rollout, out: dict) -> tuple[torch.Tensor, ...]:
+        """(l_pi, entropy, l_distill, l_v) on the rollout's valid steps; GAE baseline per dueling_mode."""
+        cfg = self.cfg
         t_len, b = ro.rewards.shape
         tb = t_len * b
         h_all = self.net.encoder(ro.obs.reshape(-1, self.obs_dim))  # [(T+1)B, H]: s_t for t = 0..T
         h_t = h_all[:tb]
         v_all = self.net.value(h_all)
         logits = self.net.pi(h_t)
+        valid = ro.valid_idx  # flat indices of the real transitions (autoreset steps left out)
         with torch.no_grad():
             q_ens = self.net.q_ens(h_t, self.support, cfg.ensemble_w, cfg.iqn_taus)
             baseline = v_all
             if self.dueling is not None:
                 v_dq_all = self.dueling.net(h_all.detach())[0]
-                out[D.V_DQ_MEAN] = v_dq_all[:tb][ro.valid_idx].mean()
+                out[D.V_DQ_MEAN] = v_dq_all[:tb][valid].mean()
                 if cfg.dueling_mode == "baseline":  # Phase 4.3: V_dq and V_dq(s_{t+1}) are the GAE baseline
                     baseline = v_dq_all
             adv, ret = L.gae(
@@ -160,104 +195,58 @@ class Learner:
                 cfg.gamma,
                 cfg.gae_lambda,
             )
-        valid = ro.valid_idx  # flat indices of the real transitions (autoreset steps left out)
         adv = adv.reshape(-1)[valid]
         out[D.ADV_MEAN] = adv.mean()
         if cfg.normalize_advantages and adv.numel() > 1:
-            adv = (adv - adv.mean()) / (adv.std(unbiased=False) + 1e-8)
-        logp_all = torch.log_softmax(logits[valid], dim=-1)
+            adv = (adv - adv.mean()) / (adv.std(correction=0) + 1e-8)
+        logits = logits[valid]
+        logp_all = torch.log_softmax(logits, dim=-1)
         logp = logp_all.gather(-1, ro.actions.reshape(-1)[valid, None]).squeeze(-1)
-        l_pi, out[D.APPROX_KL], out[D.CLIP_FRAC] = L.ppo_clip_loss(
-            logp, ro.behaviour_logp.reshape(-1)[valid], adv, cfg.ppo_clip
-        )
-        ent = L.entropy(logits[valid])
-        q_teacher = -q_ens[valid] if cfg.flip_distill_sign else q_ens[valid]
-        l_distill = L.distill_kl(q_teacher, logits[valid], cfg.distill_temperature)
-        l_v = L.value_mse(v_all[:tb][valid], ret.reshape(-1)[valid])
-        out[D.QPA] = D.qpa(q_ens[valid], logp_all.detach())
-        out[D.V_SCALAR_MEAN] = v_all[:tb][valid].mean().detach()
-        out[D.Q_ENS_MEAN] = q_ens[valid].mean()
+        behaviour_logp = ro.behaviour_logp.reshape(-1)[valid]
+        l_pi, out[D.APPROX_KL], out[D.CLIP_FRAC] = L.ppo_clip_loss(logp, behaviour_logp, adv, cfg.ppo_clip)
+        ent = L.entropy(logits)
+        q_ens = q_ens[valid]
+        q_teacher = -q_ens if cfg.flip_distill_sign else q_ens
+        l_distill = L.distill_kl(q_teacher, logits, cfg.distill_temperature)
+        v_t = v_all[:tb][valid]
+        l_v = L.value_mse(v_t, ret.reshape(-1)[valid])
+        out[D.QPA] = D.qpa(q_ens, logp_all.detach())
+        out[D.V_SCALAR_MEAN] = v_t.detach().mean()
+        out[D.Q_ENS_MEAN] = q_ens.mean()
+        return l_pi, ent, l_distill, l_v
 
-        # --- off-policy: C51, IQN and the dueling head on a replay sample ---
-        zero = torch.zeros((), device=self.device)
-        l_c51 = l_iqn = l_dueling = zero
-        q_trained = len(self.replay) >= cfg.replay_min_size
-        if q_trained:
-            l_c51, l_iqn, l_dueling = self._q_losses(self.replay.sample(cfg.q_batch_size))
-
-        loss = (
-            l_pi
-            - cfg.entropy_coef * ent
-            + cfg.distill_coef * l_distill
-            + cfg.value_coef * l_v
-            + cfg.c51_coef * l_c51
-            + cfg.iqn_coef * l_iqn
-        )
-        if cfg.inject_nan_at == self.step:  # test-only fault: exercises the guard below end to end
-            loss = loss * float("nan")
-
-        # --- backward: two separate graphs, so the dueling loss cannot touch a main-net gradient ---
-        self.main.grad.zero_()
+    def _apply(self, loss: torch.Tensor, l_dueling: torch.Tensor | None, out: dict) -> bool:
+        """Backward, NaN guard, clip, Adam, Polyak. Returns False (and changes nothing) on a non-finite step."""
+        # Two separate graphs into two gradient buffers: the dueling loss cannot touch a main-net gradient.
+        parts = [self.main] if self.dueling is None else [self.main, self.dueling]
+        for p in parts:
+            p.grad.zero_()
         loss.backward()
-        parts = [self.main]
-        if self.dueling is not None:
-            self.dueling.grad.zero_()
-            if q_trained:
-                l_dueling.backward()
-            parts.append(self.dueling)
+        if l_dueling is not None and self.dueling is not None:
+            l_dueling.backward()
         for name, sl in self.groups.items():
             out[D.grad_norm_key(name)] = self.main.grad[sl].norm()
+        out[D.grad_norm_key("total")] = self.main.grad.norm()
         if self.dueling is not None:
             out[D.grad_norm_key("dueling")] = self.dueling.grad.norm()
-        healthy = torch.isfinite(loss) & torch.isfinite(l_dueling)
+        healthy = torch.isfinite(loss)
+        if l_dueling is not None:
+            healthy &= torch.isfinite(l_dueling)
         for p in parts:
             healthy &= torch.isfinite(p.grad).all()
-        applied = bool(healthy)
-        if applied:  # each network is clipped on its own norm: a global norm would couple them
-            out[D.grad_norm_key("total")] = torch.nn.utils.clip_grad_norm_([self.main.flat], self.main.clip)
-            if self.dueling is not None:
-                torch.nn.utils.clip_grad_norm_([self.dueling.flat], self.dueling.clip)
-            snaps = [p.snapshot() for p in parts]
-            for p in parts:
-                p.opt.step()
-            if not all(bool(torch.isfinite(p.flat).all()) for p in parts):
-                for p, s in zip(parts, snaps, strict=True):
-                    p.restore(s)
-                applied = False
-        if applied:
-            for p in parts:
-                ops.soft_update_(p.target_flat.detach(), p.flat.detach(), cfg.polyak_tau)
-        elif self.nan_abort_step == 0:
-            self.nan_abort_step = self.step
-
-        out.update(
-            {
-                D.L_C51: l_c51,
-                D.L_IQN: l_iqn,
-                D.L_PI: l_pi,
-                D.L_V: l_v,
-                D.L_DISTILL: l_distill,
-                D.L_DUELING: l_dueling,
-                D.ENTROPY: ent,
-            }
-        )
-        keys = list(out)
-        values = torch.stack([out[k].detach().float().reshape(()) for k in keys]).tolist()  # one device sync
-        result = dict(zip(keys, values, strict=True))
-        result.setdefault(D.V_DQ_MEAN, 0.0)
-        result.setdefault(D.grad_norm_key("dueling"), 0.0)
-        result.setdefault(D.grad_norm_key("total"), math.nan)
-        result.update(
-            {
-                D.STEP: float(self.step),
-                D.NAN_ABORT_STEP: float(self.nan_abort_step),
-                D.POLICY_LAG: float(self.step - 1 - ro.policy_version),
-                D.REPLAY_SIZE: float(len(self.replay)),
-                D.TRANSITIONS: float(valid.numel()),
-                D.Q_TRAINED: float(q_trained),
-            }
-        )
-        return result
+        if not bool(healthy):
+            return False
+        snaps = [p.snapshot() for p in parts]
+        for p in parts:  # each network is clipped on its own norm: a global norm would couple them
+            torch.nn.utils.clip_grad_norm_([p.flat], p.clip)
+            p.opt.step()
+        if not all(bool(torch.isfinite(p.flat).all()) for p in parts):
+            for p, snap in zip(parts, snaps, strict=True):
+                p.restore(snap)
+            return False
+        for p in parts:
+            ops.soft_update_(p.target_flat.detach(), p.flat.detach(), self.cfg.polyak_tau)
+        return True
 
     def _q_losses(self, s: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(l_c51, l_iqn, l_dueling) on replay sample `s`; targets from the target nets at the online a*."""
@@ -295,9 +284,7 @@ class Learner:
     def policy_weights(self) -> dict:
         """What a rollout actor needs: PolicyNet sizes, encoder + pi state on CPU, and the policy version."""
         state = {
-            k: v.detach().cpu().clone()
-            for k, v in self.net.state_dict().items()
-            if k.startswith(("encoder.", "pi."))
+            k: v.detach().cpu().clone() for k, v in self.net.state_dict().items() if k.startswith(("encoder.", "pi."))
         }
         return {
             "version": self.step,
