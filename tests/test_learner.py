@@ -18,6 +18,15 @@ from learner.network import policy_from_weights
 OBS, N = 5, 7
 
 
+@pytest.fixture(autouse=True)
+def _one_torch_thread():
+    """Smoke-sized ops gain nothing from intra-op threads and lose 10-25x when the CI cores are shared."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def _cfg(**kw):
     return dataclasses.replace(preset("smoke"), **{"q_batch_size": 16, "replay_min_size": 16, **kw})
 

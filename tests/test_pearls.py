@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 from foxhunt_ray.presets import preset
@@ -10,7 +11,14 @@ from learner import losses as L
 from learner import ops
 from learner.learner import Learner
 
-torch.set_default_dtype(torch.float32)
+
+@pytest.fixture(autouse=True)
+def _one_torch_thread():
+    """Smoke-sized ops gain nothing from intra-op threads and lose 10-25x when the CI cores are shared."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 def test_scalar_v_added_to_c51_atom_logits_is_a_noop():
