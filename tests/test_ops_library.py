@@ -12,12 +12,13 @@ from learner.ops import reference as ref
 F64, F32 = torch.float64, torch.float32
 
 
-def sample_inputs(dtype, rows=5, seed=0, requires_grad=False):
-    """One argument tuple per op, shaped as the learner calls them (small sizes)."""
+def sample_inputs(dtype, rows=5, seed=0, requires_grad=False, device="cpu"):
+    """One argument tuple per op, shaped as the learner calls them (small sizes); gpu_check reuses it."""
     g = torch.Generator().manual_seed(seed)
 
     def rand(*shape, grad=False):
-        return torch.randn(*shape, generator=g, dtype=dtype).requires_grad_(grad and requires_grad)
+        t = torch.randn(*shape, generator=g, dtype=dtype).to(device)
+        return t.requires_grad_(grad and requires_grad)
 
     hidden, n_actions, n_atoms, n_q, n_t, steps = 6, 3, 7, 4, 5, 4
     h = rand(rows, hidden, grad=True)
@@ -45,27 +46,27 @@ def sample_inputs(dtype, rows=5, seed=0, requires_grad=False):
         ),
         "dueling_huber_loss": (
             rand(rows, n_actions, grad=True) * 2,
-            torch.randint(0, n_actions, (rows,), generator=g),
+            torch.randint(0, n_actions, (rows,), generator=g).to(device),
             rand(rows),
             1.0,
         ),
         "c51_project": (torch.softmax(rand(rows, n_atoms), 1), rand(rows), rand(rows).abs(), -2.0, 3.0),
         "iqn_quantile_huber_loss": (
             rand(rows, n_q, grad=True),
-            torch.rand(rows, n_q, generator=g, dtype=dtype),
+            torch.rand(rows, n_q, generator=g, dtype=dtype).to(device),
             rand(rows, n_t),
             1.0,
         ),
         "ensemble_q": (
             rand(rows, n_actions, n_atoms, grad=True),
-            torch.linspace(-1, 1, n_atoms, dtype=dtype),
+            torch.linspace(-1, 1, n_atoms, dtype=dtype, device=device),
             rand(rows, n_q, n_actions, grad=True),
             0.4,
         ),
         "ensemble_q_backward": (
             rand(rows, n_actions),
             rand(rows, n_actions, n_atoms),
-            torch.linspace(-1, 1, n_atoms, dtype=dtype),
+            torch.linspace(-1, 1, n_atoms, dtype=dtype, device=device),
             n_q,
             0.4,
         ),
@@ -73,8 +74,8 @@ def sample_inputs(dtype, rows=5, seed=0, requires_grad=False):
             rand(steps, rows),
             rand(steps, rows),
             rand(steps, rows),
-            torch.rand(steps, rows, generator=g) < 0.3,
-            torch.rand(steps, rows, generator=g) < 0.3,
+            (torch.rand(steps, rows, generator=g) < 0.3).to(device),
+            (torch.rand(steps, rows, generator=g) < 0.3).to(device),
             0.95,
             0.9,
         ),

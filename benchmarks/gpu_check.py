@@ -1,0 +1,608 @@
+"""The GPU machine's one script: build the kernels, check them against the reference, time them.
+
+    python benchmarks/gpu_check.py build                  # build (cached) and load the extension
+    python benchmarks/gpu_check.py checks  --json F       # every op vs the float64 reference, grads, opcheck
+    python benchmarks/gpu_check.py sanitize               # each op fwd+bwd once at B=128 (under compute-sanitizer)
+    python benchmarks/gpu_check.py ops     --json F       # per-op time: kernels vs eager vs compiled reference
+    python benchmarks/gpu_check.py learner --json F       # full Learner.update: cuda / eager / compile modes
+
+benchmarks/gpu_check.sh runs them all in one call and copies the logs and JSON to $OUT. `--device cpu`
+runs checks/ops/learner on the CPU (the reference against the CPU op implementations) to test this script.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from learner import ops  # noqa: E402
+from learner.ops import reference as ref  # noqa: E402
+
+F32, F64 = torch.float32, torch.float64
+TOL = {F32: 2e-5, F64: 1e-12}  # ‖kernel − ref64‖/‖ref64‖; float32 sums of ≤ 1k terms land near 1e-6
+
+
+# ---------------------------------------------------------------------------------------------------- checks
+
+
+def rel_err(got: torch.Tensor, want: torch.Tensor) -> float:
+    got, want = got.detach().double(), want.detach().double()
+    if not torch.isfinite(got).all():
+        return math.inf
+    denom = want.norm().item()
+    diff = (got - want).norm().item()
+    return diff / denom if denom > 0 else diff
+
+
+def poison(*like: tuple[tuple[int, ...], torch.dtype], device) -> None:
+    """Leave NaN in the caching allocator's blocks of these sizes, where the op's outputs will land next."""
+    blocks = [torch.full(shape, math.nan, dtype=dtype, device=device) for shape, dtype in like]
+    del blocks
+
+
+def make_inputs(cfg: dict, device, seed: int) -> dict[str, torch.Tensor]:
+    """Fresh float64 inputs for every op at one size (cast per dtype by the caller)."""
+    g = torch.Generator(device=device).manual_seed(seed)
+    B, H, N, Z, T, T2, S = (cfg[k] for k in ("B", "H", "N", "Z", "T", "T2", "steps"))
+
+    def randn(*shape, scale=1.0):
+        return torch.randn(*shape, generator=g, device=device, dtype=F64) * scale
+
+    def rand(*shape):
+        return torch.rand(*shape, generator=g, device=device, dtype=F64)
+
+    return {
+        "h": randn(B, H),
+        "w_v": randn(H, scale=H**-0.5),
+        "b_v": randn(1),
+        "w_a": randn(H, N, scale=H**-0.5),
+        "b_a": randn(N),
+        "grad_v": randn(B),
+        "grad_a": randn(B, N),
+        "grad_q": randn(B, N),
+        "q_online_next": randn(B, N),
+        "q_target_next": randn(B, N),
+        "reward": randn(B, scale=3.0),
+        "discount": torch.where(rand(B) < 0.1, 0.0, 0.99**3),
+        "q": randn(B, N, scale=2.0),
+        "action": torch.randint(0, N, (B,), generator=g, device=device),
+        "y": randn(B, scale=2.0),
+        "next_probs": torch.softmax(randn(B, Z), dim=1),
+        "theta": randn(B, T),
+        "tau": rand(B, T),
+        "target": randn(B, T2),
+        "logits": randn(B, N, Z),
+        "support": torch.linspace(-10, 10, Z, dtype=F64, device=device),
+        "quantiles": randn(B, T, N),
+        "grad_ens": randn(B, N),
+        "rewards": randn(S, B),
+        "values": randn(S, B),
+        "next_values": randn(S, B),
+        "terminated": rand(S, B) < 0.05,
+        "truncated": rand(S, B) < 0.05,
+        "soft_target": randn(B * H + 3),
+        "soft_online": randn(B * H + 3),
+    }
+
+
+def check_size(cfg: dict, dtype, device, seed: int, results: list) -> None:
+    x64 = make_inputs(cfg, device, seed)
+    # The truth: the reference in float64 on the dtype-rounded inputs, so only kernel arithmetic is measured.
+    x = {k: (v.to(dtype) if v.is_floating_point() else v) for k, v in x64.items()}
+    xt = {k: (v.double() if v.is_floating_point() else v) for k, v in x.items()}
+    B, N = cfg["B"], cfg["N"]
+
+    def record(op, what, got, want, ref32=None):
+        err = rel_err(got, want)
+        row = {"op": op, "what": what, "dtype": str(dtype).removeprefix("torch."), **cfg, "rel_err": err}
+        if ref32 is not None:
+            row["ref_same_dtype_rel_err"] = rel_err(ref32, want)
+        # Never worse than the reference itself in this dtype (C51 positions b = (Tz − v_min)/Δz carry an
+        # absolute rounding error of ~Z·ε in float32, whoever computes them).
+        row["ok"] = bool(err <= max(TOL[dtype], 4 * row.get("ref_same_dtype_rel_err", 0.0)))
+        results.append(row)
+
+    def leaves(*names, src):
+        return [src[n].detach().clone().requires_grad_() for n in names]
+
+    # dueling forward + backward (through autograd, i.e. the decompose-and-backward kernel)
+    names = ("h", "w_v", "b_v", "w_a", "b_a")
+    ins, ins_t = leaves(*names, src=x), leaves(*names, src=xt)
+    poison(((B,), dtype), ((B, N), dtype), ((B, N), dtype), device=device)
+    out = ops.dueling_forward(*ins)
+    out_t = ref.dueling_forward(*ins_t)
+    for label, got, want in zip(("v", "a", "q"), out, out_t, strict=True):
+        record("dueling_forward", label, got, want, ref.dueling_forward(*[t.detach() for t in ins])["vaq".index(label)])
+    gvaq = (x["grad_v"], x["grad_a"], x["grad_q"])
+    grads = torch.autograd.grad(out, ins, gvaq)
+    grads_t = torch.autograd.grad(out_t, ins_t, tuple(g.double() for g in gvaq))
+    for name, got, want in zip(names, grads, grads_t, strict=True):
+        record("dueling_backward", f"grad_{name}", got, want)
+    # only Q used (the learner's case): unused V/A grads arrive as None
+    out = ops.dueling_forward(*ins)
+    grads = torch.autograd.grad(out[2], ins, x["grad_q"])
+    grads_t = torch.autograd.grad(ref.dueling_forward(*ins_t)[2], ins_t, xt["grad_q"])
+    for name, got, want in zip(names, grads, grads_t, strict=True):
+        record("dueling_backward", f"grad_{name}|q_only", got, want)
+
+    poison(((B,), dtype), device=device)
+    got = ops.dueling_bellman_target(x["q_online_next"], x["q_target_next"], x["reward"], x["discount"])
+    want = ref.dueling_bellman_target(xt["q_online_next"], xt["q_target_next"], xt["reward"], xt["discount"])
+    record("dueling_bellman_target", "y", got, want)
+
+    q, q_t = leaves("q", src=x)[0], leaves("q", src=xt)[0]
+    poison(((), dtype), ((B, N), dtype), device=device)
+    loss = ops.dueling_huber_loss(q, x["action"], x["y"], 1.0)
+    loss_t = ref.dueling_huber_loss(q_t, xt["action"], xt["y"], 1.0)
+    record("dueling_huber_loss", "loss", loss, loss_t)
+    record("dueling_huber_loss", "grad_q", torch.autograd.grad(loss, q)[0], torch.autograd.grad(loss_t, q_t)[0])
+
+    poison(((B, cfg["Z"]), dtype), device=device)
+    got = ops.c51_project(x["next_probs"], x["reward"], x["discount"], -10.0, 10.0)
+    want = ref.c51_project(xt["next_probs"], xt["reward"], xt["discount"], -10.0, 10.0)
+    record(
+        "c51_project", "target", got, want, ref.c51_project(x["next_probs"], x["reward"], x["discount"], -10.0, 10.0)
+    )
+
+    th, th_t = leaves("theta", src=x)[0], leaves("theta", src=xt)[0]
+    poison(((), dtype), ((B, cfg["T"]), dtype), ((B,), dtype), device=device)
+    loss = ops.iqn_quantile_huber_loss(th, x["tau"], x["target"], 1.0)
+    loss_t = ref.iqn_quantile_huber_loss(th_t, xt["tau"], xt["target"], 1.0)
+    record("iqn_quantile_huber_loss", "loss", loss, loss_t)
+    record(
+        "iqn_quantile_huber_loss", "grad_theta", torch.autograd.grad(loss, th)[0], torch.autograd.grad(loss_t, th_t)[0]
+    )
+
+    lg, qn = leaves("logits", "quantiles", src=x)
+    lg_t, qn_t = leaves("logits", "quantiles", src=xt)
+    poison(((B, N), dtype), device=device)
+    got = ops.ensemble_q(lg, x["support"], qn, 0.5)
+    want = ref.ensemble_q(lg_t, xt["support"], qn_t, 0.5)
+    record("ensemble_q", "q_ens", got, want)
+    g_got = torch.autograd.grad(got, (lg, qn), x["grad_ens"])
+    g_want = torch.autograd.grad(want, (lg_t, qn_t), xt["grad_ens"])
+    record("ensemble_q_backward", "grad_logits", g_got[0], g_want[0])
+    record("ensemble_q_backward", "grad_quantiles", g_got[1], g_want[1])
+
+    ends = x["terminated"] | x["truncated"]
+    poison(((cfg["steps"], B), dtype), ((cfg["steps"], B), dtype), device=device)
+    got = ops.gae(x["rewards"], x["values"], x["next_values"], x["terminated"], ends, 0.99, 0.95)
+    want = ref.gae(xt["rewards"], xt["values"], xt["next_values"], x["terminated"], ends, 0.99, 0.95)
+    record("gae", "advantages", got[0], want[0])
+    record("gae", "returns", got[1], want[1])
+
+    for offset in (0, 1):  # offset 1 breaks 16-byte alignment: the scalar path
+        tgt, onl = x["soft_target"][offset:].clone(), x["soft_online"][offset:].clone()
+        tgt_t = xt["soft_target"][offset:].clone()
+        ops.soft_update_(tgt, onl, 0.005)
+        ref.soft_update_(tgt_t, xt["soft_online"][offset:], 0.005)
+        record("soft_update_", f"target|offset{offset}", tgt, tgt_t)
+
+    # Run-to-run determinism (no atomics anywhere): a second call gives the same bits.
+    a1 = ops.c51_project(x["next_probs"], x["reward"], x["discount"], -10.0, 10.0)
+    poison(((B, cfg["Z"]), dtype), device=device)
+    a2 = ops.c51_project(x["next_probs"], x["reward"], x["discount"], -10.0, 10.0)
+    l1 = ops.iqn_quantile_huber_loss(x["theta"], x["tau"], x["target"])
+    l2 = ops.iqn_quantile_huber_loss(x["theta"], x["tau"], x["target"])
+    d1 = torch.autograd.grad(ops.dueling_forward(*ins)[2], ins, x["grad_q"])
+    d2 = torch.autograd.grad(ops.dueling_forward(*ins)[2], ins, x["grad_q"])
+    same = torch.equal(a1, a2) and torch.equal(l1, l2) and all(torch.equal(p, r) for p, r in zip(d1, d2, strict=True))
+    results.append({"op": "all", "what": "bitwise_repeat", "dtype": str(dtype), **cfg, "ok": bool(same)})
+
+
+SIZES = [
+    {"B": 1, "H": 37, "N": 2, "Z": 2, "T": 1, "T2": 3, "steps": 1},
+    {"B": 128, "H": 512, "N": 9, "Z": 51, "T": 32, "T2": 32, "steps": 16},
+    {"B": 1024, "H": 512, "N": 9, "Z": 51, "T": 32, "T2": 32, "steps": 64},
+    {"B": 333, "H": 1000, "N": 70, "Z": 1100, "T": 300, "T2": 200, "steps": 5},
+    {"B": 4096, "H": 512, "N": 3, "Z": 101, "T": 64, "T2": 64, "steps": 128},
+]
+
+
+def run_checks(device: str, json_path: str | None) -> bool:
+    results: list[dict] = []
+    for i, cfg in enumerate(SIZES):
+        for dtype in (F32, F64):
+            check_size(cfg, dtype, device, seed=1000 + i, results=results)
+    # opcheck on this device (schema, fake impl, autograd registration, AOT dispatch)
+    sys.path.insert(0, str(ROOT / "tests"))
+    from test_ops_library import sample_inputs
+
+    from learner.ops import library
+
+    for dtype in (F32, F64):
+        samples = sample_inputs(dtype, rows=7, seed=11, requires_grad=True, device=device)
+        for name in library.OP_NAMES:
+            try:
+                torch.library.opcheck(getattr(torch.ops.foxhunt, name).default, samples[name])
+                results.append({"op": name, "what": "opcheck", "dtype": str(dtype), "ok": True})
+            except Exception as exc:
+                results.append({"op": name, "what": "opcheck", "dtype": str(dtype), "ok": False, "error": repr(exc)})
+    # A bad input on the CUDA path gets a message naming it.
+    if device == "cuda":
+        try:
+            torch.ops.foxhunt.gae(
+                *[torch.zeros(3, 2, device=device)] * 3,
+                torch.zeros(3, 2, device=device),
+                torch.zeros(3, 2, dtype=torch.bool, device=device),
+                0.9,
+                0.9,
+            )
+            results.append({"op": "gae", "what": "bad_dtype_message", "ok": False})
+        except RuntimeError as exc:
+            ok = "terminated has dtype Float, expected Bool" in str(exc)
+            results.append({"op": "gae", "what": "bad_dtype_message", "ok": ok, "message": str(exc)[:200]})
+    bad = [r for r in results if not r["ok"]]
+    worst: dict[tuple, float] = {}
+    for r in results:
+        if "rel_err" in r:
+            key = (r["op"], r["dtype"])
+            worst[key] = max(worst.get(key, 0.0), r["rel_err"])
+    print(f"{'op':<26}{'dtype':<9}{'worst rel err':>14}")
+    for (op, dt), err in sorted(worst.items()):
+        print(f"{op:<26}{dt:<9}{err:>14.2e}")
+    print(f"checks: {len(results)} run, {len(bad)} failed")
+    for r in bad:
+        print("FAILED", r)
+    if json_path:
+        Path(json_path).write_text(json.dumps({"backend": ops.backend(), "results": results}, indent=1))
+    return not bad
+
+
+# -------------------------------------------------------------------------------------------- sanitize
+
+
+def run_sanitize(device: str) -> None:
+    """Each op forward and backward once at B=128, H=512 in float32 and float64 (under compute-sanitizer)."""
+    cfg = SIZES[1]
+    for dtype in (F32, F64):
+        results: list[dict] = []
+        check_size(cfg, dtype, device, seed=7, results=results)
+        torch.cuda.synchronize()
+        print(dtype, "ops run:", len(results), "within tolerance:", sum(r["ok"] for r in results))
+
+
+# ---------------------------------------------------------------------------------------------- timing
+
+
+def bench(fn, reps: int = 200, warmup: int = 20) -> float:
+    """Median of per-call device time in ms (CUDA events around each call); host clock on CPU."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+        for _ in range(reps):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end))
+    else:
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def op_cases(x: dict) -> dict:
+    """name -> (callable(impl), bytes moved at least) with impl = ops module or reference module."""
+    n = lambda t: t.numel() * t.element_size()  # noqa: E731
+    ins = [x[k].detach().clone().requires_grad_() for k in ("h", "w_v", "b_v", "w_a", "b_a")]
+    lg, qn = x["logits"].clone().requires_grad_(), x["quantiles"].clone().requires_grad_()
+    q, th = x["q"].clone().requires_grad_(), x["theta"].clone().requires_grad_()
+    ends = x["terminated"] | x["truncated"]
+    tgt = x["soft_target"].clone()
+
+    def dueling_fwd_bwd(m):
+        _v, _a, qq = m.dueling_forward(*ins)
+        torch.autograd.grad(qq, ins, x["grad_q"])
+
+    return {
+        "dueling_forward": (
+            lambda m: m.dueling_forward(*[t.detach() for t in ins]),
+            n(x["h"]) + n(x["w_a"]) + 3 * n(x["grad_q"]),
+        ),
+        "dueling_fwd+bwd": (dueling_fwd_bwd, 3 * n(x["h"]) + 3 * n(x["w_a"]) + 4 * n(x["grad_q"])),
+        "dueling_bellman_target": (
+            lambda m: m.dueling_bellman_target(x["q_online_next"], x["q_target_next"], x["reward"], x["discount"]),
+            2 * n(x["q"]) + 3 * n(x["reward"]),
+        ),
+        "dueling_huber_loss+grad": (
+            lambda m: torch.autograd.grad(m.dueling_huber_loss(q, x["action"], x["y"]), q),
+            2 * n(x["q"]) + 2 * n(x["y"]),
+        ),
+        "c51_project": (
+            lambda m: m.c51_project(x["next_probs"], x["reward"], x["discount"], -10.0, 10.0),
+            2 * n(x["next_probs"]),
+        ),
+        "iqn_loss+grad": (
+            lambda m: torch.autograd.grad(m.iqn_quantile_huber_loss(th, x["tau"], x["target"]), th),
+            3 * n(x["theta"]) + n(x["target"]),
+        ),
+        "ensemble_q_fwd+bwd": (
+            lambda m: torch.autograd.grad(m.ensemble_q(lg, x["support"], qn, 0.5), (lg, qn), x["grad_ens"]),
+            3 * n(x["logits"]) + 2 * n(x["quantiles"]),
+        ),
+        "gae": (
+            lambda m: m.gae(x["rewards"], x["values"], x["next_values"], x["terminated"], ends, 0.99, 0.95),
+            5 * n(x["rewards"]) + 2 * x["terminated"].numel(),
+        ),
+        "soft_update_": (lambda m: m.soft_update_(tgt, x["soft_online"], 0.005), 3 * n(tgt)),
+    }
+
+
+def measure_ceilings(device: str) -> dict:
+    if device != "cuda":
+        return {"copy_GBps": math.nan, "fp32_matmul_TFLOPs": math.nan}
+    src = torch.randn(256 * 2**20, device=device)  # 1 GiB
+    dst = torch.empty_like(src)
+    copy_ms = bench(lambda: dst.copy_(src), reps=20, warmup=3)
+    a = torch.randn(8192, 8192, device=device)
+    b = torch.randn(8192, 8192, device=device)
+    mm_ms = bench(lambda: a @ b, reps=10, warmup=3)
+    nbytes = 2 * src.numel() * src.element_size()  # read + write
+    return {
+        "copy_GBps": nbytes / copy_ms / 1e6,
+        "fp32_matmul_TFLOPs": 2 * 8192**3 / mm_ms / 1e9,
+        "tf32_allowed": torch.backends.cuda.matmul.allow_tf32,
+    }
+
+
+def run_ops(device: str, json_path: str | None) -> None:
+    ceilings = measure_ceilings(device)
+    cfg = SIZES[2]
+    x = {k: (v.float() if v.is_floating_point() else v) for k, v in make_inputs(cfg, device, 5).items()}
+    rows = []
+    for name, (fn, nbytes) in op_cases(x).items():
+        row = {"op": name, **cfg, "bytes": nbytes}
+        ops.set_backend("cuda" if device == "cuda" else "reference")
+        row["kernel_ms"] = bench(lambda fn=fn: fn(ops))
+        row["eager_ref_ms"] = bench(lambda fn=fn: fn(ref))
+        row["floor_ms"] = nbytes / (ceilings["copy_GBps"] * 1e6)
+        rows.append(row)
+    # torch.compile is compared on the whole Learner.update (stage `learner`), where it matters.
+    print(f"{'op @ B=1024 f32':<26}{'kernel ms':>11}{'eager ref ms':>14}{'bytes floor ms':>15}")
+    for r in rows:
+        print(f"{r['op']:<26}{r['kernel_ms']:>11.4f}{r['eager_ref_ms']:>14.4f}{r['floor_ms']:>15.5f}")
+    if json_path:
+        Path(json_path).write_text(json.dumps({"ceilings": ceilings, "ops": rows}, indent=1))
+
+
+def learner_batch(T: int, B: int, obs_dim: int, n_actions: int, seed: int) -> dict:
+    g = torch.Generator().manual_seed(seed)
+    return {
+        "obs": torch.randn(T + 1, B, obs_dim, generator=g),
+        "actions": torch.randint(0, n_actions, (T, B), generator=g),
+        "rewards": torch.randn(T, B, generator=g),
+        "terminated": torch.rand(T, B, generator=g) < 0.02,
+        "truncated": torch.rand(T, B, generator=g) < 0.02,
+        "behaviour_logp": -torch.rand(T, B, generator=g) * 2.2,
+        "valid": torch.ones(T, B, dtype=torch.bool),
+        "policy_version": 0,
+    }
+
+
+def run_learner(device: str, json_path: str | None, preset_name: str, T: int, B: int, reps: int) -> None:
+    import dataclasses
+
+    from foxhunt_ray.presets import preset
+    from learner.learner import Learner
+
+    obs_dim, n_actions = 64, 9
+    cfg = dataclasses.replace(preset(preset_name), q_batch_size=1024, replay_min_size=1024)
+    batches = [learner_batch(T, B, obs_dim, n_actions, seed=s) for s in range(4)]
+    if device == "cuda":  # the rollout arrives from actors on the host; pinned like the learner actor's queue
+        batches = [{k: (v.pin_memory() if torch.is_tensor(v) else v) for k, v in b.items()} for b in batches]
+    modes = ["cuda_kernels", "eager_reference", "compile_default", "compile_reduce_overhead"]
+    if device != "cuda":
+        modes = ["eager_reference", "compile_default"]
+    ceilings = measure_ceilings(device)
+    report = {
+        "preset": preset_name,
+        "T": T,
+        "B_rollout": B,
+        "q_batch": cfg.q_batch_size,
+        "hidden": cfg.hidden_dim,
+        "obs_dim": obs_dim,
+        "n_actions": n_actions,
+        "ceilings": ceilings,
+        "modes": {},
+    }
+    for mode in modes:
+        ops.set_backend("cuda" if mode == "cuda_kernels" else "reference")
+        learner = Learner(cfg, obs_dim=obs_dim, n_actions=n_actions, device=device, seed=0)
+        update = learner.update
+        entry: dict = {"backend": ops.backend()}
+        restore: dict = {}
+        try:
+            if mode.startswith("compile"):
+                restore = compile_pieces(learner, "default" if mode == "compile_default" else "reduce-overhead")
+                entry["compiled"] = "network methods + loss functions (whole update: see compile_pieces)"
+            t0 = time.perf_counter()
+            for i in range(6):  # fills replay past replay_min_size; compiles; warms caches
+                diag = update(batches[i % 4])
+            entry["warmup_s"] = time.perf_counter() - t0
+            times = []
+            for i in range(reps):
+                if device == "cuda":
+                    torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                diag = update(batches[i % 4])  # returns floats: the update ends in a device sync
+                times.append((time.perf_counter() - t0) * 1e3)
+            entry.update(
+                {
+                    "median_ms": statistics.median(times),
+                    "p10_ms": sorted(times)[len(times) // 10],
+                    "p90_ms": sorted(times)[9 * len(times) // 10],
+                    "q_trained": diag.get("q_trained"),
+                    "nan_abort_step": diag.get("nan_abort_step"),
+                    "l_dueling": diag.get("l_dueling"),
+                }
+            )
+            if device == "cuda":
+                entry["kernels_per_update"] = count_kernels(update, batches)
+                entry.update(count_floor(learner, batches[0], ceilings) if mode == "eager_reference" else {})
+        except Exception as exc:
+            entry["error"] = repr(exc)[:500]
+        finally:
+            for (module, name), fn in restore.items():
+                setattr(module, name, fn)
+        report["modes"][mode] = entry
+        print(mode, json.dumps(entry), flush=True)
+        del learner, update
+        if device == "cuda":
+            torch.cuda.empty_cache()
+    best_compiled = min(
+        (m.get("median_ms", math.inf) for k, m in report["modes"].items() if k.startswith("compile")), default=math.inf
+    )
+    cuda_ms = report["modes"].get("cuda_kernels", {}).get("median_ms", math.nan)
+    report["speedup_cuda_vs_best_compiled"] = best_compiled / cuda_ms if cuda_ms else math.nan
+    print(f"\nLearner.update {preset_name}, rollout T={T} B={B}, q_batch=1024, H={cfg.hidden_dim}")
+    print(f"{'mode':<26}{'median ms':>10}{'kernels/update':>16}")
+    for mode, e in report["modes"].items():
+        print(f"{mode:<26}{e.get('median_ms', math.nan):>10.3f}{e.get('kernels_per_update', math.nan):>16}")
+    print(f"CUDA path vs best torch.compile: {report['speedup_cuda_vs_best_compiled']:.2f}x (target >= 2x)")
+    if json_path:
+        Path(json_path).write_text(json.dumps(report, indent=1))
+
+
+def compile_pieces(learner, mode: str) -> dict:
+    """torch.compile every network method and loss function the update calls, each on its own.
+
+    Compiling `learner.update` whole fails: its two backward calls (main loss, then the dueling loss) run
+    through one compiled autograd node, and the second finds the saved tensors freed. Pieces keep the
+    graphs apart; what stays eager is the glue (replay, Adam on the flat buffer, the NaN guard).
+    Returns {(owner, name): original} to undo the module-level patches.
+    """
+    from learner import diag as D
+    from learner import losses as L
+
+    def c(fn):
+        return torch.compile(fn, mode=mode, dynamic=False)
+
+    for net in (learner.net, learner.main.target):
+        net.encoder = c(net.encoder)
+        for method in ("c51_logits", "value", "q_ens", "iqn"):
+            setattr(net, method, c(getattr(net, method)))
+    if learner.dueling is not None:
+        for trainable in (learner.dueling,):
+            trainable.net.forward = c(trainable.net.forward)
+            trainable.target.forward = c(trainable.target.forward)
+    restore = {}
+    for module, names in (
+        (
+            L,
+            (
+                "c51_target",
+                "c51_cross_entropy",
+                "iqn_loss",
+                "ppo_clip_loss",
+                "entropy",
+                "distill_kl",
+                "value_mse",
+                "dueling_loss",
+                "gae",
+            ),
+        ),
+        (D, ("qpa",)),
+    ):
+        for name in names:
+            restore[(module, name)] = getattr(module, name)
+            setattr(module, name, c(getattr(module, name)))
+    return restore
+
+
+def count_kernels(update, batches) -> float:
+    from torch.profiler import ProfilerActivity, profile
+
+    n = 5
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for i in range(n):
+            update(batches[i % 4])
+        torch.cuda.synchronize()
+    kernels = [
+        e
+        for e in prof.events()
+        if e.device_type == torch.autograd.DeviceType.CUDA
+        and "memcpy" not in e.name.lower()
+        and "memset" not in e.name.lower()
+    ]
+    return len(kernels) / n
+
+
+def count_floor(learner, batch, ceilings) -> dict:
+    """FLOPs (matmuls, torch's counter) and compulsory bytes (each distinct storage touched, once)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils.flop_counter import FlopCounterMode
+
+    class Touched(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.storages: dict[int, int] = {}
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            for t in torch.utils._pytree.tree_leaves((args, kwargs, out)):
+                if isinstance(t, torch.Tensor) and t.is_cuda:
+                    st = t.untyped_storage()
+                    self.storages[st.data_ptr()] = max(self.storages.get(st.data_ptr(), 0), st.nbytes())
+            return out
+
+    flops = FlopCounterMode(display=False)
+    touched = Touched()
+    with flops, touched:
+        learner.update(batch)
+    total_flops = flops.get_total_flops()
+    total_bytes = sum(touched.storages.values())
+    return {
+        "flops": total_flops,
+        "compulsory_bytes": total_bytes,
+        "floor_flops_ms": total_flops / (ceilings["fp32_matmul_TFLOPs"] * 1e9),
+        "floor_bytes_ms": total_bytes / (ceilings["copy_GBps"] * 1e6),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("stage", choices=["build", "checks", "sanitize", "ops", "learner"])
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--json")
+    parser.add_argument("--preset", default="phase4_3")
+    parser.add_argument("--T", type=int, default=8)
+    parser.add_argument("--B", type=int, default=128)
+    parser.add_argument("--reps", type=int, default=60)
+    args = parser.parse_args()
+    print(f"torch {torch.__version__}, cuda available: {torch.cuda.is_available()}", flush=True)
+    if args.device == "cuda":
+        t0 = time.perf_counter()
+        ops.load_extension(verbose=args.stage == "build")
+        print(f"extension ready in {time.perf_counter() - t0:.1f} s: {ops.backend()}", flush=True)
+        ops.set_backend("cuda")
+    else:
+        ops.set_backend("reference")
+    if args.stage == "checks":
+        return 0 if run_checks(args.device, args.json) else 1
+    if args.stage == "sanitize":
+        run_sanitize(args.device)
+    elif args.stage == "ops":
+        run_ops(args.device, args.json)
+    elif args.stage == "learner":
+        run_learner(args.device, args.json, args.preset, args.T, args.B, args.reps)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# The GPU machine's one call: build the extension, check every kernel against the reference, run
+# compute-sanitizer (memcheck, racecheck) on the ops at B=128, time the ops and the full Learner.update.
+#   benchmarks/gpu_check.sh [all|kernels|learner]     (kernels = build+checks+sanitizer+ops; learner = timing)
+# Logs and JSON go to $OUT (the device tool's folder) or benchmarks/results/<utc stamp>/; a short table of
+# each stage is printed last. Exit status 1 if any stage failed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+STAGE=${1:-all}
+OUT=${OUT:-benchmarks/results/$(date -u +%Y%m%dT%H%M%SZ)}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+export FOXHUNT_EXT_DIR=${FOXHUNT_EXT_DIR:-$PWD/build/foxhunt_ext}
+PY=${PYTHON:-python3}
+LOG="$OUT/gpu_check.log"
+failed=()
+
+stage() {  # stage NAME CMD... : run, append to the log, remember failures
+  local name=$1; shift
+  echo "=== $name: $*" | tee -a "$LOG"
+  local t0=$SECONDS
+  "$@" 2>&1 | tee -a "$LOG" > "$OUT/.last"
+  local rc=${PIPESTATUS[0]}
+  echo "=== $name rc=$rc in $((SECONDS - t0)) s" | tee -a "$LOG"
+  [ "$rc" -eq 0 ] || failed+=("$name")
+}
+
+{
+  date -u
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv
+  nvcc --version | tail -2
+  $PY -c "import torch; print('torch', torch.__version__, torch.version.cuda)"
+} >> "$LOG" 2>&1
+
+if [ "$STAGE" = all ] || [ "$STAGE" = kernels ]; then
+  stage build $PY benchmarks/gpu_check.py build
+  stage checks $PY benchmarks/gpu_check.py checks --json "$OUT/checks.json"
+  tail -25 "$OUT/.last"
+  # No caching allocator under memcheck, so an out-of-bounds access hits unallocated memory and is caught.
+  stage memcheck env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck --error-exitcode 9 \
+    --print-limit 20 $PY benchmarks/gpu_check.py sanitize
+  tail -4 "$OUT/.last"
+  stage racecheck compute-sanitizer --tool racecheck --racecheck-report all --error-exitcode 9 --print-limit 20 \
+    --kernel-name kns=foxhunt $PY benchmarks/gpu_check.py sanitize
+  tail -4 "$OUT/.last"
+  stage ops $PY benchmarks/gpu_check.py ops --json "$OUT/ops.json"
+  tail -12 "$OUT/.last"
+fi
+if [ "$STAGE" = all ] || [ "$STAGE" = learner ]; then
+  stage learner $PY benchmarks/gpu_check.py learner --json "$OUT/learner.json" --preset phase4_3 --T 8 --B 128
+  tail -9 "$OUT/.last"
+fi
+rm -f "$OUT/.last"
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "FAILED stages: ${failed[*]}"
+  exit 1
+fi
+echo "all stages passed"
