@@ -239,12 +239,12 @@ def replay(day: LobsterDay) -> ReplayResult:
     ask = day.direction == -1
     # Flat index of the message side's best price in its row; level i is 4*i further on.
     base = np.arange(0, m * width, width) + np.where(ask, 0, 2)
-    # Occupied levels strictly better than the message's price. Keys grow away from the touch on both
-    # sides (bid prices negated) and empty levels' dummy keys lie beyond every real one, so the
-    # comparisons of a row are True...True False...False: count them eight at a time with popcount.
-    key = np.where(ask[:, None], out[:, 0::4], -out[:, 2::4])
+    # Occupied levels strictly better than the message's price (lower asks, higher bids). Levels are
+    # ordered and empty levels' dummy prices lie beyond every real one, so the comparisons of a row read
+    # True...True False...False: count them eight at a time with popcount.
     better = np.zeros((m, -(-levels // 8) * 8), bool)
-    np.less(key, np.where(ask, price, -price)[:, None], out=better[:, :levels])
+    np.greater(out[:, 2::4], price[:, None], out=better[:, :levels])
+    np.copyto(better[:, :levels], out[:, 0::4] < price[:, None], where=ask[:, None])
     ahead = np.bitwise_count(better.view(np.uint64)).sum(axis=1, dtype=np.int64)
     at = np.minimum(ahead, levels - 1)
     at_idx = base + 4 * at
@@ -267,23 +267,27 @@ def replay(day: LobsterDay) -> ReplayResult:
     delta = np.where(effect == SIZE_UP, size, 0) - np.where(effect == SIZE_DOWN, size, 0)
     flat[at_idx + 1] += delta
 
-    # Inserted and removed levels: each level behind the touched one takes its neighbour's price and size.
+    # Inserted and removed levels: each level behind the touched one takes its neighbour's price and size
+    # (after an insert from the level in front, after a removal from the level behind). Only those
+    # (row, level) cells move: row r moves levels - 1 - at[r] of them.
     shift = np.flatnonzero((effect == INSERT) | (effect == REMOVE))
-    ins = (effect[shift] == INSERT)[:, None]
-    idx = np.arange(levels)
-    step = (idx >= at[shift][:, None] + ins) * (1 - 2 * ins.astype(np.int64))  # -1 insert, +1 remove
-    step[~ins[:, 0], levels - 1] = 0  # the deepest place after a removal is filled below
-    cells = base[shift][:, None] + 4 * idx
-    src = cells + 4 * step
+    ins = effect[shift] == INSERT
+    count = levels - 1 - at[shift]
+    starts = np.cumsum(count) - count
+    rows = np.repeat(np.arange(shift.size), count)
+    k = np.arange(rows.size) - starts[rows]  # 0, 1, ... within a row
+    lvl = np.where(ins[rows], levels - 1 - k, at[shift][rows] + k)  # insert: back to front
+    cells = base[shift][rows] + 4 * lvl
+    src = cells + np.where(ins[rows], -4, 4)
     moved_p, moved_s = np.take(flat, src), np.take(flat, src + 1)
     np.put(flat, cells, moved_p)
     np.put(flat, cells + 1, moved_s)
-    inserted = shift[ins[:, 0]]
+    inserted = shift[ins]
     np.put(flat, at_idx[inserted], price[inserted])
     np.put(flat, at_idx[inserted] + 1, size[inserted])
     # After a removal the deepest place holds what rested just beyond the depth: unknown to the messages
     # (read from the file) when that place was occupied before; empty when it was not.
-    removed = shift[~ins[:, 0]]
+    removed = shift[~ins]
     reveal = removed[last_occupied[removed]]
     emptied = removed[~last_occupied[removed]]
     deep_col = np.where(ask, 0, 2) + 4 * (levels - 1)
