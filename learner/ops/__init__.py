@@ -92,7 +92,7 @@ def load_extension(verbose: bool = False) -> None:
             sources=[str(p) for p in bindings + kernels],
             extra_include_paths=[str(REPO_ROOT / "cuda" / "kernels")],
             extra_cflags=["-O3"],
-            extra_cuda_cflags=["-O3", "--use_fast_math=false", "-lineinfo"],
+            extra_cuda_cflags=["-O3", "-lineinfo"],
             build_directory=str(build_dir),
             is_python_module=False,
             verbose=verbose,
