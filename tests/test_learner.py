@@ -257,3 +257,14 @@ def test_flipped_distillation_collapses_qpa():
         pol = policy_from_weights(lrn.policy_weights())
         qpas.append(lrn.update(_bandit_rollout(pol, rng, gen, version=i))[D.QPA])
     assert np.mean(qpas[-20:]) < -0.3
+
+
+def test_tensor_batches_train_exactly_like_numpy_batches():
+    rng = np.random.default_rng(7)
+    batches = [_rollout(rng, version=i) for i in range(3)]
+    a = Learner(_cfg(), obs_dim=OBS, n_actions=N, seed=2)
+    b = Learner(_cfg(), obs_dim=OBS, n_actions=N, seed=2)
+    for batch in batches:
+        as_tensors = {k: torch.as_tensor(v) for k, v in batch.items()}
+        assert a.update(batch) == b.update(as_tensors)
+    assert torch.equal(a.main.flat, b.main.flat)
