@@ -267,6 +267,11 @@ def _fast_messages(text: bytes, starts: np.ndarray, ends: np.ndarray) -> tuple[n
         return None
     if m > 1 and not (commas[:-1, 4] < starts[1:]).all():
         return None
+    # The fraction's digit count comes from positions, so it must be digits only at both ends (np.fromstring
+    # would skip a space or a sign there, and one inside fails the parse below).
+    first, last = buf[dots + 1], buf[commas[:, 0] - 1]
+    if not (((first >= 48) & (first <= 57)).all() and ((last >= 48) & (last <= 57)).all()):
+        return None
     frac_digits = commas[:, 0] - dots - 1
     if frac_digits.max() > _MAX_DECIMALS:
         return None

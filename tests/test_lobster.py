@@ -119,6 +119,19 @@ def test_time_without_decimals_and_sub_nanosecond_digits(tmp_path: Path) -> None
     assert day.time_ns[1] == 34_200_100_000_000 and day.time_ns[3] == 34_201_000_000_000
 
 
+@pytest.mark.parametrize("time", ["34200.1 ", " 34200.1"])
+def test_padded_time_is_parsed_exactly(tmp_path: Path, time: str) -> None:
+    msgs = replaced(MESSAGES, 2, f"{time},1,12,50,5801000,-1")
+    assert load_day(write_day(tmp_path, msgs, BOOK)).time_ns[1] == 34_200_100_000_000
+
+
+@pytest.mark.parametrize("time", ["34200. 1", "34200.+1", "34200.-1"])
+def test_signs_or_spaces_inside_time_are_errors(tmp_path: Path, time: str) -> None:
+    msgs = replaced(MESSAGES, 2, f"{time},1,12,50,5801000,-1")
+    with pytest.raises(LobsterFormatError, match=r"row 2, column 1: value"):
+        load_day(write_day(tmp_path, msgs, BOOK))
+
+
 def test_halt_messages_are_valid(tmp_path: Path) -> None:
     msgs = replaced(MESSAGES, 3, "34200.2,7,0,0,-1,-1")
     assert load_day(write_day(tmp_path, msgs, BOOK)).event_type[2] == 7
