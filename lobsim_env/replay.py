@@ -133,7 +133,7 @@ def _apply(
         sizes[j] -= size
         return SIZE_DOWN, j
     if sizes[j] < size:
-        return INCONSISTENT, j
+        return INCONSISTENT, -1
     del prices[j], sizes[j]
     return REMOVE, j
 

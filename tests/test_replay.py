@@ -180,9 +180,10 @@ def test_opening_book_undoes_the_first_message() -> None:
 
 
 def test_removing_more_than_is_shown_is_inconsistent() -> None:
-    day = small_day([(5, 1, 100, 1), (4, 20, 100, 1)], [[101, 15, 100, 9, 102, 4, 98, 6]] * 2)
+    day = small_day([(5, 1, 100, 1), (4, 20, 100, 1), (2, 1, 99, 1)], [[101, 15, 100, 9, 102, 4, 98, 6]] * 3)
     for res in (replay(day), replay_sequential(day)):
-        assert res.effect[1] == INCONSISTENT
+        assert res.effect.tolist() == [NO_EFFECT, INCONSISTENT, INCONSISTENT]  # too much; no level at 99
+        assert res.level.tolist() == [-1, -1, -1] and (res.book == day.book).all()
     assert check(day).ok  # the file agrees that nothing visible changed; the effect flags the message
 
 
