@@ -268,3 +268,39 @@ def test_tensor_batches_train_exactly_like_numpy_batches():
         as_tensors = {k: torch.as_tensor(v) for k, v in batch.items()}
         assert a.update(batch) == b.update(as_tensors)
     assert torch.equal(a.main.flat, b.main.flat)
+
+
+@pytest.mark.parametrize("mode", ["diagnostic", "baseline"])
+def test_gae_gets_the_right_baseline_and_episode_masks(mode, monkeypatch):
+    """diagnostic: V_scalar(s_t), V_scalar(s_{t+1}); baseline (phase4_3): V_dq(s_t), V_dq(s_{t+1}).
+
+    terminated cuts the bootstrap, terminated | truncated cuts the trace; rewards arrive scaled.
+    """
+    import learner.losses as losses_module
+
+    seen = {}
+    real_gae = losses_module.gae
+
+    def spy(rewards, values, next_values, terminated, episode_end, gamma, lam):
+        seen.update(
+            rewards=rewards, values=values, next_values=next_values, terminated=terminated, episode_end=episode_end
+        )
+        return real_gae(rewards, values, next_values, terminated, episode_end, gamma, lam)
+
+    monkeypatch.setattr(losses_module, "gae", spy)
+    lrn = Learner(_cfg(dueling_mode=mode, reward_scale=0.5), obs_dim=OBS, n_actions=N)
+    rng = np.random.default_rng(8)
+    batch = _rollout(rng)
+    batch["truncated"] = (rng.random(batch["valid"].shape) < 0.2) & batch["valid"] & ~batch["terminated"]
+    with torch.no_grad():
+        h = lrn.net.encoder(torch.as_tensor(batch["obs"]))
+        v = (
+            lrn.dueling.net(h.reshape(-1, h.shape[-1]))[0].view(h.shape[:2])
+            if mode == "baseline"
+            else (lrn.net.value(h.reshape(-1, h.shape[-1])).view(h.shape[:2]))
+        )
+    lrn.update(batch)
+    assert torch.allclose(seen["values"], v[:-1]) and torch.allclose(seen["next_values"], v[1:])
+    assert torch.equal(seen["rewards"], torch.as_tensor(batch["rewards"]) * 0.5)
+    assert torch.equal(seen["terminated"].bool(), torch.as_tensor(batch["terminated"]))
+    assert torch.equal(seen["episode_end"].bool(), torch.as_tensor(batch["terminated"] | batch["truncated"]))
