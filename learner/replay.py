@@ -28,7 +28,7 @@ BATCH_DTYPES = {
 
 @dataclass(kw_only=True, frozen=True)
 class Rollout:
-    """A validated rollout on the learner's device; see the module docstring for the layout."""
+    """A validated rollout, where it arrived or (after .to) on the learner's device; layout: module docstring."""
 
     obs: torch.Tensor  # [T+1, B, D] float32
     actions: torch.Tensor  # [T, B] int64
