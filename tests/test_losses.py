@@ -8,6 +8,8 @@ import math
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from foxhunt_ray.presets import PRESET_NAMES, preset
 from learner import losses as L
@@ -239,3 +241,16 @@ def test_presets():
         assert diff == {"dueling_mode"}
     with pytest.raises(ValueError, match=r"unknown preset 'nope'; valid presets: \['plan_a_v2'"):
         preset("nope")
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.floats(-50, 50), min_size=3, max_size=3),
+    st.lists(st.floats(-50, 50), min_size=3, max_size=3),
+)
+def test_qpa_is_a_bounded_antisymmetric_correlation(q, lp):
+    q_t, lp_t = torch.tensor([q], dtype=torch.float64), torch.tensor([lp], dtype=torch.float64)
+    r = qpa(q_t, lp_t).item()
+    assert -1.0 <= r <= 1.0 and math.isfinite(r)
+    assert math.isclose(qpa(q_t, -lp_t).item(), -r, abs_tol=1e-9)
+    assert qpa(q_t, q_t).item() in (0.0, pytest.approx(1.0))
