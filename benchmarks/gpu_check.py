@@ -462,6 +462,8 @@ def run_learner(device: str, json_path: str | None, preset_name: str, T: int, B:
                 setattr(module, name, fn)
         report["modes"][mode] = entry
         print(mode, json.dumps(entry), flush=True)
+        if json_path:  # written after every mode, so a run stopped at its time limit keeps what it measured
+            Path(json_path).write_text(json.dumps(report, indent=1))
         del learner, update
         if device == "cuda":
             torch.cuda.empty_cache()
