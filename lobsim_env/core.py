@@ -33,8 +33,19 @@ def obs_size(cfg: MarketConfig) -> int:
 def obs_index(cfg: MarketConfig) -> dict[str, int]:
     """Column of each scalar observation entry (the book ladders take the first 4 * obs_levels columns)."""
     o = 4 * cfg.obs_levels
-    names = ("spread", "imbalance", "flow", "position", "own_bid_offset", "own_bid_size", "own_bid_ahead",
-             "own_ask_offset", "own_ask_size", "own_ask_ahead", "time_left")
+    names = (
+        "spread",
+        "imbalance",
+        "flow",
+        "position",
+        "own_bid_offset",
+        "own_bid_size",
+        "own_bid_ahead",
+        "own_ask_offset",
+        "own_ask_size",
+        "own_ask_ahead",
+        "time_left",
+    )
     return {n: o + i for i, n in enumerate(names)}
 
 
@@ -97,6 +108,7 @@ class SyntheticMarket:
         self.margin = cfg.synthetic.levels + cfg.obs_levels + 2
         # mid in half ticks -> USD
         self._usd_per_half_tick = cfg.usd_per_tick / 2
+        self._draw_buf: np.ndarray | None = None
 
     def new_state(self, n_books: int) -> MarketState:
         return MarketState.empty(n_books, self.cfg)
@@ -118,7 +130,7 @@ class SyntheticMarket:
         cfg = self.cfg
         book = state.book
         E = cfg.events_per_step
-        h = hash_draws(state.key, state.t, E + 1)
+        h = hash_draws(state.key, state.t, E + 1, out=self._draws(E + 1, state.key.shape[0]))
         state.regime = self.flow_model.step_regime(state.regime, h[E])
         book.signed_volume[:] = 0
         taker_qty = taker_cash = None
@@ -142,9 +154,7 @@ class SyntheticMarket:
         equity = self.equity_usd(state)
         reward = equity - state.equity_usd
         state.equity_usd = equity
-        return StepResult(
-            reward=reward, fills=taker_qty + passive_qty, fees_usd=fees, truncated=state.t >= cfg.horizon
-        )
+        return StepResult(reward=reward, fills=taker_qty + passive_qty, fees_usd=fees, truncated=state.t >= cfg.horizon)
 
     def _act(self, state: MarketState, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         # Passive fills earlier in this step count towards the position limit already.
@@ -157,6 +167,11 @@ class SyntheticMarket:
             order_size=self.cfg.order_size,
             position_limit=self.cfg.position_limit,
         )
+
+    def _draws(self, n: int, B: int) -> np.ndarray:
+        if self._draw_buf is None or self._draw_buf.shape != (n, B):
+            self._draw_buf = np.empty((n, B), np.uint64)
+        return self._draw_buf
 
     def mid2(self, state: MarketState) -> np.ndarray:
         """Mid in absolute half ticks (best bid + best ask), an exact integer."""
@@ -181,35 +196,30 @@ class SyntheticMarket:
         L, W = cfg.obs_levels, b.window
         B = b.n_books
         bb, ba = b.best[:, bk.BID], b.best[:, bk.ASK]
-        half_mid = (0.5 * (bb + ba)).astype(np.float32)  # window ticks
-        half_spread = (0.5 * (ba - bb)).astype(np.float32)
-        k = np.arange(L)
-        kf = k.astype(np.float32)
-        # Filled feature-major (contiguous rows of B), transposed once at the end: far faster than columns.
-        out = np.empty((4 * L + OBS_FIXED, B), np.float32)
+        out = np.empty((B, 4 * L + OBS_FIXED), np.float32)
         sc = np.float32(1.0 / cfg.size_scale)
-        flat = b.depth.reshape(-1)
-        row_off = np.arange(0, 2 * B * W, 2 * W)
-        top = []
-        for s, lv in ((0, bb[None, :] - k[:, None]), (1, ba[None, :] + k[:, None])):
-            lvc = np.clip(lv, 0, W - 1)
-            sizes = np.take(flat, (row_off + s * W)[None, :] + lvc)
-            sizes *= lvc == lv  # ticks beyond the window show 0
-            # Ladder ticks sit at -(spread/2 + k) below the mid and +(spread/2 + k) above it.
-            off = half_spread[None, :] + kf[:, None]
-            out[2 * s * L : (2 * s + 1) * L] = off if s else -off
-            out[(2 * s + 1) * L : (2 * s + 2) * L] = sizes * sc
-            top.append(sizes[0])
-        qb, qa = top
+        depth = b.depth.reshape(-1)
+        half_spread = 0.5 * (ba - bb)
+        # Column by column with [B] temporaries: [B, L] int64 temporaries cost page faults on every step.
+        for s, best, sign in ((0, bb, -1), (1, ba, 1)):
+            row = b.rows2 * W + s * W
+            for k in range(L):
+                lv = best + sign * k
+                lvc = np.minimum(np.maximum(lv, 0), W - 1)
+                size = np.take(depth, row + lvc)
+                out[:, (2 * s + 1) * L + k] = size * (lvc == lv) * sc
+                out[:, 2 * s * L + k] = sign * (half_spread + k)
+        qb, qa = out[:, L] / sc, out[:, 3 * L] / sc
         o = 4 * L
-        out[o] = ba - bb
-        out[o + 1] = (qb - qa) / np.maximum(qb + qa, 1)
-        out[o + 2] = state.flow * sc
-        out[o + 3] = state.position * (1.0 / cfg.position_limit)
+        out[:, o] = ba - bb
+        out[:, o + 1] = (qb - qa) / np.maximum(qb + qa, 1)
+        out[:, o + 2] = state.flow * sc
+        out[:, o + 3] = state.position * (1.0 / cfg.position_limit)
+        mid = 0.5 * (bb + ba)
         for s in (0, 1):
             has = b.own_size[:, s] > 0
-            out[o + 4 + 3 * s] = ((b.own_tick[:, s] - b.base) - half_mid) * has
-            out[o + 5 + 3 * s] = b.own_size[:, s] * sc
-            out[o + 6 + 3 * s] = b.own_ahead[:, s] * sc
-        out[o + 10] = 1.0 - state.t * (1.0 / cfg.horizon)
-        return np.ascontiguousarray(out.T)
+            out[:, o + 4 + 3 * s] = ((b.own_tick[:, s] - b.base) - mid) * has
+            out[:, o + 5 + 3 * s] = b.own_size[:, s] * sc
+            out[:, o + 6 + 3 * s] = b.own_ahead[:, s] * sc
+        out[:, o + 10] = 1.0 - state.t * (1.0 / cfg.horizon)
+        return out

@@ -31,16 +31,30 @@ _M2 = np.uint64(0x94D049BB133111EB)
 _U16 = 65536
 
 
-def hash_draws(key: np.ndarray, counter: np.ndarray, n: int) -> np.ndarray:
-    """n 64-bit draws per book: uint64 [n, B], a pure function of (key[b], counter[b], slot)."""
+def hash_draws(key: np.ndarray, counter: np.ndarray, n: int, *, out: np.ndarray | None = None) -> np.ndarray:
+    """n 64-bit draws per book: uint64 [n, B], a pure function of (key[b], counter[b], slot).
+
+    In place in `out` (uint64 [n, B]) when given: arrays this size are page-faulted in afresh by every
+    allocation, which costs more than the arithmetic.
+    """
+    B = key.shape[0]
+    x = np.empty((n, B), np.uint64) if out is None else out
+    tmp = np.empty(B, np.uint64)
+    c = counter.astype(np.uint64) * np.uint64(n)
     with np.errstate(over="ignore"):
-        c = counter.astype(np.uint64) * np.uint64(n)
-        x = key[None, :] + (c[None, :] + np.arange(n, dtype=np.uint64)[:, None]) * _GOLDEN
-        x ^= x >> np.uint64(30)
-        x *= _M1
-        x ^= x >> np.uint64(27)
-        x *= _M2
-        x ^= x >> np.uint64(31)
+        for i in range(n):  # row by row keeps every temporary small
+            xi = x[i]
+            np.add(c, np.uint64(i), out=xi)
+            xi *= _GOLDEN
+            xi += key
+            np.right_shift(xi, np.uint64(30), out=tmp)
+            xi ^= tmp
+            xi *= _M1
+            np.right_shift(xi, np.uint64(27), out=tmp)
+            xi ^= tmp
+            xi *= _M2
+            np.right_shift(xi, np.uint64(31), out=tmp)
+            xi ^= tmp
     return x
 
 
@@ -49,6 +63,7 @@ class SyntheticFlow:
 
     def __init__(self, cfg: SyntheticConfig):
         self.cfg = cfg
+        self._buffers: dict[tuple[int, int], dict[str, np.ndarray]] = {}
         s = cfg.signal_strength
         thresholds = []
         for z in (-1, 0, 1):
@@ -97,26 +112,45 @@ class SyntheticFlow:
 
         Bits: 4-15 event type (through the regime's probabilities), 16-23 level d, 24-31 size,
         32-47 cancel acceptance, 48-63 the cancel's place in the queue relative to the agent.
+        The result lives in buffers this object reuses: it is valid until the next `prepare` of that shape.
         """
         E, B = h.shape
+        w = self._workspace(E, B)
         # Bit fields as zero-copy little-endian views instead of shifts and masks.
         h = h.astype("<u8", copy=False)
         f16 = h.view(np.uint16).reshape(E, B, 4)
         f8 = h.view(np.uint8).reshape(E, B, 8)
-        etype = self.etype_table[(f16[:, :, 0] >> 4) + ((regime + 1) * 4096)[None, :]]
-        kind = (etype + 1) >> 1  # 1 limit, 2 market, 3 cancel
-        is_market = kind == 2
-        return PreparedEvents(
-            side=bk._EVENT_SIDE[etype],
-            is_limit=kind == 1,
-            is_market=is_market,
-            is_cancel=kind == 3,
-            anchor=self.anchor[etype],
-            offset=self.offset_table[etype * 256 + f8[:, :, 2]],
-            size=self.size_table[is_market * 256 + f8[:, :, 3]],
-            cancel_gate=(f16[:, :, 2].astype(np.int64) * self.cfg.queue_ref) >> 16,
-            cancel_u=f16[:, :, 3].astype(np.int64),
-        )
+        idx = w["idx"]
+        np.right_shift(f16[:, :, 0], 4, out=idx, casting="unsafe")
+        idx += ((regime + 1) * 4096)[None, :]
+        etype = np.take(self.etype_table, idx, out=w["etype"])
+        np.take(bk._EVENT_SIDE, etype, out=w["side"])
+        np.take(self.anchor, etype, out=w["anchor"])
+        np.add(etype, 1, out=idx)
+        idx >>= 1  # kind: 1 limit, 2 market, 3 cancel
+        np.equal(idx, 1, out=w["is_limit"])
+        np.equal(idx, 2, out=w["is_market"])
+        np.equal(idx, 3, out=w["is_cancel"])
+        np.multiply(etype, 256, out=idx)
+        idx += f8[:, :, 2]
+        np.take(self.offset_table, idx, out=w["offset"])
+        np.multiply(w["is_market"], 256, out=idx)
+        idx += f8[:, :, 3]
+        np.take(self.size_table, idx, out=w["size"])
+        gate = w["cancel_gate"]
+        gate[:] = f16[:, :, 2]  # widen first: uint16 * queue_ref would wrap
+        gate *= self.cfg.queue_ref
+        gate >>= 16
+        w["cancel_u"][:] = f16[:, :, 3]
+        return PreparedEvents(**{k: v for k, v in w.items() if k not in ("idx", "etype")})
+
+    def _workspace(self, E: int, B: int) -> dict[str, np.ndarray]:
+        if (E, B) not in self._buffers:
+            ints = ("idx", "etype", "side", "anchor", "offset", "size", "cancel_gate", "cancel_u")
+            w = {k: np.empty((E, B), np.int64) for k in ints}
+            w.update({k: np.empty((E, B), bool) for k in ("is_limit", "is_market", "is_cancel")})
+            self._buffers[(E, B)] = w
+        return self._buffers[(E, B)]
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
