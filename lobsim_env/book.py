@@ -222,11 +222,32 @@ def apply_prepared(
     emptied = (newq == 0) & (removed > 0) & (lvl == best_side)
     if emptied.any():
         r = np.flatnonzero(emptied)
-        _rescan_best(book, r, side[r])
+        _step_best(book, r, side[r])
+
+
+def _step_best(book: BookState, rows: np.ndarray, s: np.ndarray, probes: int = 3) -> None:
+    """The best level of side s[i] of book rows[i] emptied: look a few ticks further out first (the next
+    level is nearly always there), and rescan the whole window only for the rows where it is not."""
+    W = book.window
+    depth = book.depth.reshape(-1)
+    o = rows * 2 + s
+    step = 2 * s - 1  # bids look down, asks up
+    lvl = book.best.reshape(-1)[o]
+    for _ in range(probes):
+        lvl = lvl + step
+        inside = (lvl >= 0) & (lvl < W)
+        found = inside & (depth[o * W + np.minimum(np.maximum(lvl, 0), W - 1)] > 0)
+        done = found | ~inside  # past the window's edge: the side is empty (best -1 / W)
+        book.best.reshape(-1)[o[done]] = lvl[done]
+        rest = ~done
+        if not rest.any():
+            return
+        rows, s, o, step, lvl = rows[rest], s[rest], o[rest], step[rest], lvl[rest]
+    _rescan_best(book, rows, s)
 
 
 def _rescan_best(book: BookState, rows: np.ndarray, s: np.ndarray) -> None:
-    """Recomputes the best level of side s[i] of book rows[i] (only for the few rows whose best emptied)."""
+    """Recomputes the best level of side s[i] of book rows[i] from the whole window."""
     W = book.window
     has = book.depth.reshape(-1, W)[rows * 2 + s] > 0  # [n, W]
     any_ = has.any(axis=1)
@@ -280,7 +301,7 @@ def cancel_own(book: BookState, rows: np.ndarray, side: int) -> None:
     book.own_tick.reshape(-1)[o] = NO_ORDER
     emptied = (left == 0) & (lvl == book.best.reshape(-1)[o])
     if emptied.any():
-        _rescan_best(book, rows[emptied], np.full(int(emptied.sum()), side))
+        _step_best(book, rows[emptied], np.full(int(emptied.sum()), side))
 
 
 def take_liquidity(book: BookState, rows: np.ndarray, side_hit: int, qty: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -312,7 +333,7 @@ def take_liquidity(book: BookState, rows: np.ndarray, side_hit: int, qty: np.nda
         rem[active] -= c
         emptied = q == c
         if emptied.any():
-            _rescan_best(book, r[emptied], np.full(int(emptied.sum()), side_hit))
+            _step_best(book, r[emptied], np.full(int(emptied.sum()), side_hit))
         active = active[rem[active] > 0]
     book.signed_volume[rows] += np.where(side_hit == ASK, filled, -filled)
     return filled, ticks
