@@ -9,8 +9,11 @@ from __future__ import annotations
 import gymnasium as gym
 
 from lobsim_env.agent import N_ACTIONS, Action
+from lobsim_env.baselines import POLICIES, evaluate_policy
 from lobsim_env.config import MarketConfig, MarketConfigError, SyntheticConfig
+from lobsim_env.core import obs_index, obs_size
 from lobsim_env.env import INFO_KEYS, LobEnv, LobVectorEnv, make_market
+from lobsim_env.folds import DaySpec, Fold, lobster_days, synthetic_days, walk_forward
 
 ENV_ID = "foxhunt/LOB-v0"
 
@@ -19,18 +22,26 @@ if ENV_ID not in gym.registry:
         id=ENV_ID,
         entry_point="lobsim_env.env:LobEnv",
         vector_entry_point="lobsim_env.env:LobVectorEnv",
-        disable_env_checker=False,
     )
 
 __all__ = [
     "ENV_ID",
     "INFO_KEYS",
     "N_ACTIONS",
+    "POLICIES",
     "Action",
+    "DaySpec",
+    "Fold",
     "LobEnv",
     "LobVectorEnv",
     "MarketConfig",
     "MarketConfigError",
     "SyntheticConfig",
+    "evaluate_policy",
+    "lobster_days",
     "make_market",
+    "obs_index",
+    "obs_size",
+    "synthetic_days",
+    "walk_forward",
 ]

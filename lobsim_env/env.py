@@ -29,6 +29,8 @@ INFO_KEYS = ("pnl_usd", "position", "fills", "fees_usd", "equity_usd")
 
 def make_market(config: MarketConfig):
     """The market object for a config: synthetic flow, or a replayed LOBSTER day."""
+    if not isinstance(config, MarketConfig):
+        raise TypeError(f"config={config!r} must be a lobsim_env.MarketConfig (build one from a dict first)")
     config.validate()
     if config.source == "lobster":
         from lobsim_env.replay_market import ReplayMarket
@@ -51,9 +53,7 @@ def _check_actions(actions: Any, n: int) -> np.ndarray:
     if a.shape != (n,) or a.dtype.kind not in "iu":
         raise ValueError(f"actions of shape {a.shape} dtype {a.dtype} must be integers of shape ({n},)")
     if n and (a.min() < 0 or a.max() >= N_ACTIONS):
-        raise ValueError(
-            f"actions must be in 0..{N_ACTIONS - 1} (lobsim_env.Action); got {a.min()}..{a.max()}"
-        )
+        raise ValueError(f"actions must be in 0..{N_ACTIONS - 1} (lobsim_env.Action); got {a.min()}..{a.max()}")
     return a.astype(np.int64, copy=False)
 
 
@@ -80,9 +80,7 @@ class LobEnv(gym.Env):
 
     def step(self, action):
         if self._done:
-            raise RuntimeError(
-                "LobEnv.step called after the episode ended (or before reset): call reset() first"
-            )
+            raise RuntimeError("LobEnv.step called after the episode ended (or before reset): call reset() first")
         a = _check_actions(np.reshape(action, (1,)), 1)
         res = self.market.step(self._state, a)
         truncated = bool(res.truncated[0])

@@ -220,3 +220,21 @@ def test_observation_layout():
     assert obs[ix["spread"]] == spread and obs[0] == -spread / 2 and obs[6] == spread / 2
     assert obs[3] == s.depth[0, 0, s.best[0, 0]] / cfg.size_scale
     assert obs[ix["time_left"]] == 1.0 and obs[ix["position"]] == 0
+
+
+def test_config_must_be_a_market_config():
+    with pytest.raises(TypeError, match="MarketConfig"):
+        LobEnv({"horizon": 10})
+
+
+def test_make_vec_sync_mode_matches_native():
+    sync = gym.make_vec("foxhunt/LOB-v0", num_envs=3, vectorization_mode="sync", config=CFG)
+    native = LobVectorEnv(3, CFG)
+    a, _ = sync.reset(seed=21)
+    b, _ = native.reset(seed=21)
+    assert np.array_equal(a, b)
+    acts = np.random.default_rng(2).integers(0, 7, (45, 3))
+    for t in range(45):  # across the autoreset at step 40
+        oa, ra, _, ta, _ = sync.step(acts[t])
+        ob, rb, _, tb, _ = native.step(acts[t])
+        assert np.array_equal(oa, ob) and np.array_equal(ra, rb) and np.array_equal(ta, tb), t
