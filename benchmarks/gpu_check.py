@@ -344,6 +344,21 @@ def op_cases(x: dict) -> dict:
     }
 
 
+def device_time(fn, n: int = 20) -> tuple[float, float]:
+    """(summed kernel time in µs, kernel launches) per call, from torch.profiler's device events."""
+    from torch.profiler import ProfilerActivity, profile
+
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(n):
+            fn()
+        torch.cuda.synchronize()
+    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    return sum(e.device_time_total for e in kernels) / n, len(kernels) / n
+
+
 def measure_ceilings(device: str) -> dict:
     if device != "cuda":
         return {"copy_GBps": math.nan, "fp32_matmul_TFLOPs": math.nan}
@@ -371,12 +386,24 @@ def run_ops(device: str, json_path: str | None) -> None:
         ops.set_backend("cuda" if device == "cuda" else "reference")
         row["kernel_ms"] = bench(lambda fn=fn: fn(ops))
         row["eager_ref_ms"] = bench(lambda fn=fn: fn(ref))
+        if device == "cuda":
+            row["kernel_device_us"], row["kernel_launches"] = device_time(lambda fn=fn: fn(ops))
+            row["ref_device_us"], row["ref_launches"] = device_time(lambda fn=fn: fn(ref))
         row["floor_ms"] = nbytes / (ceilings["copy_GBps"] * 1e6)
         rows.append(row)
     # torch.compile is compared on the whole Learner.update (stage `learner`), where it matters.
-    print(f"{'op @ B=1024 f32':<26}{'kernel ms':>11}{'eager ref ms':>14}{'bytes floor ms':>15}")
+    # "ms" = wall per call (host-bound at these sizes); "dev us" = summed kernel time per call; "k" = launches.
+    print(
+        f"{'op @ B=1024 f32':<24}{'kern ms':>9}{'ref ms':>9}{'kern dev us':>12}{'k':>4}{'ref dev us':>11}{'k':>4}"
+        f"{'floor us':>9}"
+    )
     for r in rows:
-        print(f"{r['op']:<26}{r['kernel_ms']:>11.4f}{r['eager_ref_ms']:>14.4f}{r['floor_ms']:>15.5f}")
+        print(
+            f"{r['op']:<24}{r['kernel_ms']:>9.4f}{r['eager_ref_ms']:>9.4f}{r.get('kernel_device_us', math.nan):>12.2f}"
+            f"{r.get('kernel_launches', 0):>4.0f}{r.get('ref_device_us', math.nan):>11.2f}"
+            f"{r.get('ref_launches', 0):>4.0f}"
+            f"{r['floor_ms'] * 1e3:>9.2f}"
+        )
     if json_path:
         Path(json_path).write_text(json.dumps({"ceilings": ceilings, "ops": rows}, indent=1))
 
@@ -453,7 +480,8 @@ def run_learner(device: str, json_path: str | None, preset_name: str, T: int, B:
                 }
             )
             if device == "cuda":
-                entry["kernels_per_update"] = count_kernels(update, batches)
+                table = str(Path(json_path).with_name(f"profile_{mode}.txt")) if json_path else None
+                entry.update(profile_updates(update, batches, table if mode == "cuda_kernels" else None))
                 entry.update(count_floor(learner, batches[0], ceilings) if mode == "eager_reference" else {})
         except Exception as exc:
             entry["error"] = repr(exc)[:500]
@@ -473,9 +501,12 @@ def run_learner(device: str, json_path: str | None, preset_name: str, T: int, B:
     cuda_ms = report["modes"].get("cuda_kernels", {}).get("median_ms", math.nan)
     report["speedup_cuda_vs_best_compiled"] = best_compiled / cuda_ms if cuda_ms else math.nan
     print(f"\nLearner.update {preset_name}, rollout T={T} B={B}, q_batch=1024, H={cfg.hidden_dim}")
-    print(f"{'mode':<26}{'median ms':>10}{'kernels/update':>16}")
+    print(f"{'mode':<26}{'median ms':>10}{'kernels/update':>16}{'device busy ms':>16}{'syncs':>7}")
     for mode, e in report["modes"].items():
-        print(f"{mode:<26}{e.get('median_ms', math.nan):>10.3f}{e.get('kernels_per_update', math.nan):>16}")
+        print(
+            f"{mode:<26}{e.get('median_ms', math.nan):>10.3f}{e.get('kernels_per_update', math.nan):>16}"
+            f"{e.get('device_busy_ms_per_update', math.nan):>16.3f}{e.get('host_syncs_per_update', math.nan):>7}"
+        )
     print(f"CUDA path vs best torch.compile: {report['speedup_cuda_vs_best_compiled']:.2f}x (target >= 2x)")
     if json_path:
         Path(json_path).write_text(json.dumps(report, indent=1))
@@ -527,22 +558,26 @@ def compile_pieces(learner, mode: str) -> dict:
     return restore
 
 
-def count_kernels(update, batches) -> float:
+def profile_updates(update, batches, table_path: str | None = None) -> dict:
+    """Kernels, device-busy time and host syncs per update (torch.profiler over 5 updates)."""
     from torch.profiler import ProfilerActivity, profile
 
     n = 5
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         for i in range(n):
             update(batches[i % 4])
         torch.cuda.synchronize()
-    kernels = [
-        e
-        for e in prof.events()
-        if e.device_type == torch.autograd.DeviceType.CUDA
-        and "memcpy" not in e.name.lower()
-        and "memset" not in e.name.lower()
-    ]
-    return len(kernels) / n
+    events = prof.events()
+    device = [e for e in events if e.device_type == torch.autograd.DeviceType.CUDA]
+    kernels = [e for e in device if "memcpy" not in e.name.lower() and "memset" not in e.name.lower()]
+    syncs = [e for e in events if e.name in ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize")]
+    if table_path:
+        Path(table_path).write_text(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=40))
+    return {
+        "kernels_per_update": len(kernels) / n,
+        "device_busy_ms_per_update": sum(e.device_time_total for e in device) / 1e3 / n,
+        "host_syncs_per_update": len(syncs) / n,
+    }
 
 
 def count_floor(learner, batch, ceilings) -> dict:
