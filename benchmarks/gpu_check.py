@@ -433,7 +433,13 @@ def run_learner(device: str, json_path: str | None, preset_name: str, T: int, B:
     batches = [learner_batch(T, B, obs_dim, n_actions, seed=s) for s in range(4)]
     if device == "cuda":  # the rollout arrives from actors on the host; pinned like the learner actor's queue
         batches = [{k: (v.pin_memory() if torch.is_tensor(v) else v) for k, v in b.items()} for b in batches]
-    modes = ["cuda_kernels", "eager_reference", "compile_default", "compile_reduce_overhead"]
+    modes = [
+        "cuda_kernels",
+        "eager_reference",
+        "compile_default",
+        "compile_reduce_overhead",
+        "cuda_kernels+compile_reduce_overhead",
+    ]
     if device != "cuda":
         modes = ["eager_reference", "compile_default"]
     ceilings = measure_ceilings(device)
@@ -449,14 +455,14 @@ def run_learner(device: str, json_path: str | None, preset_name: str, T: int, B:
         "modes": {},
     }
     for mode in modes:
-        ops.set_backend("cuda" if mode == "cuda_kernels" else "reference")
+        ops.set_backend("cuda" if mode.startswith("cuda_kernels") else "reference")
         learner = Learner(cfg, obs_dim=obs_dim, n_actions=n_actions, device=device, seed=0)
         update = learner.update
         entry: dict = {"backend": ops.backend()}
         restore: dict = {}
         try:
-            if mode.startswith("compile"):
-                restore = compile_pieces(learner, "default" if mode == "compile_default" else "reduce-overhead")
+            if "compile" in mode:
+                restore = compile_pieces(learner, "default" if mode.endswith("compile_default") else "reduce-overhead")
                 entry["compiled"] = "network methods + loss functions (whole update: see compile_pieces)"
             t0 = time.perf_counter()
             for i in range(6):  # fills replay past replay_min_size; compiles; warms caches
