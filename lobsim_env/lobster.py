@@ -313,7 +313,7 @@ _EXPECT = (
     f"non-negative decimal seconds after midnight (at most 6 integer digits, {_MAX_DECIMALS} decimals)",
     f"an event type in {EVENT_TYPES}",
     "a non-negative integer order id",
-    "a positive integer number of shares (0 for a halt, type 7)",
+    f"a positive integer number of shares below {MAX_SIZE:.0e} (0 for a halt, type 7)",
     f"a price in dollars*10000, a positive multiple of {TICK} ({TICK // 2} for a hidden execution, type 5)",
     "a direction of 1 (buy) or -1 (sell)",
 )
@@ -395,7 +395,7 @@ def _validate_messages(
     _first(label, ~np.isin(event_type, EVENT_TYPES), 2, event_type, _EXPECT[1])
     halt = event_type == 7
     _first(label, order_id < 0, 3, order_id, _EXPECT[2])
-    _first(label, ~halt & (size <= 0), 4, size, _EXPECT[3])
+    _first(label, ~halt & ((size <= 0) | (size >= MAX_SIZE)), 4, size, _EXPECT[3])
     _first(label, halt & (size != 0), 4, size, "size 0 on a halt message (type 7)")
     _first(label, (direction != 1) & (direction != -1), 6, direction, _EXPECT[5])
     visible = (event_type >= 1) & (event_type <= 4)

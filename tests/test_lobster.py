@@ -145,6 +145,7 @@ BAD_MESSAGES = [
     ("34200.0,1,12,50,5801000,-1", r"row 2, column 1 \(time\): 34200.000000000 is before the previous row's"),
     ("34200.1,1,12,0,5801000,-1", r"row 2, column 4 \(size\): value 0; expected a positive integer"),
     ("34200.1,1,12,-5,5801000,-1", r"row 2, column 4 \(size\): value -5"),
+    ("34200.1,1,12,1000000000000,5801000,-1", r"row 2, column 4 \(size\): value 1000000000000"),
     ("34200.1,1,12,50,5801050,-1", r"row 2, column 5 \(price\): value 5801050; expected .*multiple of 100"),
     ("34200.1,1,12,50,5801000,0", r"row 2, column 6 \(direction\): value 0; expected a direction of 1"),
     ("34200.1,1,12,abc,5801000,-1", r"row 2, column 4: value 'abc'"),
