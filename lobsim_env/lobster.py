@@ -34,6 +34,7 @@ MESSAGE_COLUMNS = ("time", "type", "order_id", "size", "price", "direction")
 _SENTINEL = -7
 _SENTINEL_TEXT = b",-7,"
 _MAX_DECIMALS = 18  # beyond 9 only float-print noise; 18 keeps the fraction inside int64
+_TIME_AND_LINES_TO_COMMAS = bytes.maketrans(b".\n", b",,")
 _INT64_LIMITS = (np.iinfo(np.int64).min, np.iinfo(np.int64).max)
 _NAME = re.compile(
     r"^(?P<ticker>[^_]+)_(?P<date>\d{4}-\d{2}-\d{2})_(?P<start>\d+)_(?P<end>\d+)_"
@@ -262,7 +263,8 @@ def _fast_messages(text: bytes, starts: np.ndarray, ends: np.ndarray) -> tuple[n
     if commas.size != 5 * m:
         return None
     commas = commas.reshape(m, 5)
-    # Sorted positions with exactly one dot and five commas per line: check each falls in its own line.
+    # Sorted positions, as many dots as lines and five commas a line: if each dot and its five commas fall
+    # inside line k, in that order, every line is exactly one time field with a dot and five more fields.
     if not ((dots > starts).all() and (commas[:, 0] > dots + 1).all() and (commas[:, 4] < ends).all()):
         return None
     if m > 1 and not (commas[:-1, 4] < starts[1:]).all():
@@ -275,9 +277,16 @@ def _fast_messages(text: bytes, starts: np.ndarray, ends: np.ndarray) -> tuple[n
     frac_digits = commas[:, 0] - dots - 1
     if frac_digits.max() > _MAX_DECIMALS:
         return None
-    values = _fast_ints(text.replace(b".", b","), 7, m)
-    if values is None:
+    # The positions above pin every line to `S.F,t,i,s,p,d`: seven fields once '.' and '\n' read ','.
+    try:
+        values = np.fromstring(text.translate(_TIME_AND_LINES_TO_COMMAS), dtype=np.int64, sep=",")
+    except ValueError:
         return None
+    if values.size != 7 * m:
+        return None
+    values = values.reshape(m, 7)
+    if (values == _INT64_LIMITS[0]).any() or (values == _INT64_LIMITS[1]).any():
+        return None  # np.fromstring saturates overflowing integers: let the slow path name them
     seconds, frac = values[:, 0], values[:, 1]
     if (seconds < 0).any() or (frac < 0).any() or (dots - starts > 6).any():
         return None  # signs or absurd magnitudes: the slow path names them
