@@ -238,3 +238,25 @@ def test_make_vec_sync_mode_matches_native():
         oa, ra, _, ta, _ = sync.step(acts[t])
         ob, rb, _, tb, _ = native.step(acts[t])
         assert np.array_equal(oa, ob) and np.array_equal(ra, rb) and np.array_equal(ta, tb), t
+
+
+def test_observation_ladder_near_the_window_edge():
+    """Ladder ticks beyond the window read 0 (the slow path); inside it, both paths read the depth."""
+    cfg = dataclasses.replace(CFG, obs_levels=5)
+    m = SyntheticMarket(cfg)
+    s = m.new_state(2)
+    m.reset_rows(s, np.arange(2), np.array([1, 2], np.uint64))
+    b = s.book
+    b.depth[1, 0] = np.arange(b.window, dtype=np.int32) % 7  # a recognisable bid ladder in book 1
+    b.depth[1, 0, 3:] = 0
+    b.depth[1, 1, :4] = 0
+    b.depth[1, 1, 4:] = 9
+    b.best[1] = (2, 4)  # best bid 2 ticks above the window's floor: ticks -1 and -2 lie outside
+    obs = m.observe(s)
+    assert np.allclose(obs[1, 5:10] * cfg.size_scale, [2, 1, 0, 0, 0])
+    assert np.allclose(obs[1, 15:20] * cfg.size_scale, [9] * 5)
+    assert np.allclose(obs[1, 0:5], -(1 + np.arange(5))) and obs[1, 20] == 2
+    # Book 0 (well inside) reads the same through either path.
+    inside = m.observe(s)[0]
+    bb = b.best[0, 0]
+    assert np.allclose(inside[5:10] * cfg.size_scale, b.depth[0, 0, bb - np.arange(5)])
