@@ -48,38 +48,31 @@ def apply_actions(
     qty_taken = np.zeros(B, np.int64)
     cash = np.zeros(B, np.int64)
     own = book.own_size
-
-    def market(rows: np.ndarray, buy: bool, qty: np.ndarray) -> None:
-        bk.cancel_own(book, rows, bk.ASK if buy else bk.BID)
-        ok = qty > 0
-        rows, qty = rows[ok], qty[ok]
-        if rows.size == 0:
-            return
-        filled, ticks = bk.take_liquidity(book, rows, bk.ASK if buy else bk.BID, qty)
-        qty_taken[rows] += filled if buy else -filled
-        cash[rows] += -ticks if buy else ticks
-
-    r = np.flatnonzero(actions == Action.MARKET_BUY)
-    if r.size:
-        market(r, True, np.minimum(order_size, position_limit - position[r] - own[r, bk.BID]))
-    r = np.flatnonzero(actions == Action.MARKET_SELL)
-    if r.size:
-        market(r, False, np.minimum(order_size, position_limit + position[r] - own[r, bk.ASK]))
-    for action, side, sign in ((Action.JOIN_BID, bk.BID, 1), (Action.JOIN_ASK, bk.ASK, -1)):
-        r = np.flatnonzero(actions == action)
-        if r.size == 0:
-            continue
-        at_best = (own[r, side] > 0) & (book.own_tick[r, side] == book.base[r] + book.best[r, side])
-        r = r[~at_best]
-        bk.cancel_own(book, r, side)
-        bk.join_best(book, r, side, np.clip(position_limit - sign * position[r], 0, order_size))
-    r = np.flatnonzero((actions == Action.CANCEL) | (actions == Action.FLATTEN))
-    if r.size:
-        bk.cancel_own(book, r, bk.BID)
-        bk.cancel_own(book, r, bk.ASK)
-    r = np.flatnonzero((actions == Action.FLATTEN) & (position != 0))
-    if r.size:
-        long = position[r] > 0
-        market(r[~long], True, -position[r[~long]])
-        market(r[long], False, position[r[long]])
+    # Each book takes exactly one action, so books never interact: one pass per side for each kind of order.
+    join = {bk.BID: actions == Action.JOIN_BID, bk.ASK: actions == Action.JOIN_ASK}
+    for side, j in join.items():
+        # A join at the best where the agent already rests keeps that order and its queue place.
+        keep = j & (own[:, side] > 0) & (book.own_tick[:, side] == book.base + book.best[:, side])
+        join[side] = j & ~keep
+    flatten = actions == Action.FLATTEN
+    cancel_all = (actions == Action.CANCEL) | flatten
+    # Self-trade prevention: a market buy cancels the resting ask, a market sell the resting bid.
+    bk.cancel_own(book, np.flatnonzero(cancel_all | join[bk.BID] | (actions == Action.MARKET_SELL)), bk.BID)
+    bk.cancel_own(book, np.flatnonzero(cancel_all | join[bk.ASK] | (actions == Action.MARKET_BUY)), bk.ASK)
+    for side, sign in ((bk.BID, 1), (bk.ASK, -1)):
+        r = np.flatnonzero(join[side])
+        if r.size:
+            bk.join_best(book, r, side, np.clip(position_limit - sign * position[r], 0, order_size))
+    buy = np.where(actions == Action.MARKET_BUY, np.minimum(order_size, position_limit - position - own[:, bk.BID]), 0)
+    sell = np.where(
+        actions == Action.MARKET_SELL, np.minimum(order_size, position_limit + position - own[:, bk.ASK]), 0
+    )
+    buy = np.where(flatten & (position < 0), -position, buy)
+    sell = np.where(flatten & (position > 0), position, sell)
+    for side_hit, qty, sign in ((bk.ASK, buy, 1), (bk.BID, sell, -1)):
+        r = np.flatnonzero(qty > 0)
+        if r.size:
+            filled, ticks = bk.take_liquidity(book, r, side_hit, qty[r])
+            qty_taken[r] += sign * filled
+            cash[r] -= sign * ticks
     return qty_taken, cash
