@@ -183,7 +183,8 @@ def apply_prepared(
 
     own_tick = book.own_tick.reshape(-1)[sflat]
     at_own = own_tick == book.base + lvl  # NO_ORDER never matches
-    take = np.minimum(size, q) * (is_market & valid)
+    take = np.minimum(size, q)
+    take *= is_market & valid
     cancel = is_cancel & valid
     if at_own.any():
         own_here = book.own_size.reshape(-1)[sflat] * at_own
@@ -192,7 +193,9 @@ def apply_prepared(
         cancel &= cancel_gate < q
     removed = take + cancel
     lim = is_limit & valid
-    newq = q + size * lim - removed
+    newq = size * lim
+    newq += q
+    newq -= removed
     depth_flat[f] = newq
 
     touched = at_own & (removed > 0)
@@ -212,12 +215,13 @@ def apply_prepared(
         book.own_tick.reshape(-1)[sf] = np.where(left > 0, own_tick[r], NO_ORDER)
         book.own_filled.reshape(-1)[sf] += to_own
         book.own_filled_ticks.reshape(-1)[sf] += to_own * own_tick[r]
-    book.signed_volume += take * (2 * side - 1)
+    sign = 2 * side - 1  # +1 for the ask side (a market buy took it), -1 for the bid side
+    book.signed_volume += take * sign
     book.n_trades += take > 0
     book.n_cancels += cancel
 
     # Best quotes: a limit can only improve its side; a taken or cancelled best level may empty.
-    improve = lim & ((lvl - best_side) * (1 - 2 * side) > 0)
+    improve = lim & ((lvl - best_side) * sign < 0)
     best_flat[sflat] = np.where(improve, lvl, best_side)
     emptied = (newq == 0) & (removed > 0) & (lvl == best_side)
     if emptied.any():
