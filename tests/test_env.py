@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 from gymnasium.vector import AutoresetMode
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import lobsim_env
 from lobsim_env import Action, LobEnv, LobVectorEnv, MarketConfig, MarketConfigError, SyntheticConfig
@@ -260,3 +262,35 @@ def test_observation_ladder_near_the_window_edge():
     inside = m.observe(s)[0]
     bb = b.best[0, 0]
     assert np.allclose(inside[5:10] * cfg.size_scale, b.depth[0, 0, bb - np.arange(5)])
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    latency=st.integers(0, 4),
+    limit=st.integers(1, 4),
+    size=st.integers(1, 2),
+    seed=st.integers(0, 10_000),
+    p_trade=st.floats(0.0, 1.0),
+)
+def test_invariants_under_random_configs_and_actions(latency, limit, size, seed, p_trade):
+    cfg = MarketConfig(
+        horizon=60, latency_events=latency, events_per_step=4, position_limit=limit, order_size=min(size, limit)
+    )
+    venv = LobVectorEnv(8, cfg)
+    venv.reset(seed=seed)
+    rng = np.random.default_rng(seed)
+    fills = np.zeros(8, np.int64)
+    rewards = np.zeros(8)
+    for _ in range(59):
+        acts = np.where(rng.random(8) < p_trade, rng.integers(1, 7, 8), 0)
+        _, r, _, trunc, info = venv.step(acts)
+        fills += info["fills"]
+        rewards += r
+        s = venv._state
+        b = s.book
+        assert (np.abs(s.position) <= limit).all()
+        assert (s.position + b.own_size[:, 0] <= limit).all() and (s.position - b.own_size[:, 1] >= -limit).all()
+        assert (b.depth >= 0).all() and (b.best[:, 0] < b.best[:, 1]).all()
+        assert (b.own_ahead >= 0).all() and (b.own_ahead <= b.depth.max()).all()
+        assert np.array_equal(fills, s.position) and not trunc.any()
+        assert np.allclose(rewards, info["pnl_usd"])
