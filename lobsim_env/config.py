@@ -17,9 +17,7 @@ class MarketConfigError(ValueError):
         super().__init__("invalid market config:\n  " + "\n  ".join(self.errors))
 
 
-def _positive(
-    errs: list[str], name: str, value: object, *, integer: bool = False, zero_ok: bool = False
-) -> None:
+def _positive(errs: list[str], name: str, value: object, *, integer: bool = False, zero_ok: bool = False) -> None:
     kind = int if integer else (int, float)
     if isinstance(value, bool) or not isinstance(value, kind):
         errs.append(f"{name}={value!r} must be {'an int' if integer else 'a number'}")
@@ -71,17 +69,11 @@ class SyntheticConfig:
             _positive(errs, p + name, getattr(self, name), zero_ok=True)
         rates = [self.limit_rate, self.market_rate, self.cancel_rate]
         if all(isinstance(r, int | float) for r in rates) and abs(sum(rates) - 1.0) > 1e-9:
-            errs.append(
-                f"{p}limit_rate+market_rate+cancel_rate={sum(rates)!r} must be 1 (they split each event)"
-            )
+            errs.append(f"{p}limit_rate+market_rate+cancel_rate={sum(rates)!r} must be 1 (they split each event)")
         if not isinstance(self.level_decay, int | float) or not 0 < self.level_decay <= 1:
             errs.append(f"{p}level_decay={self.level_decay!r} must be in (0, 1]")
         _positive(errs, p + "levels", self.levels, integer=True)
-        if (
-            isinstance(self.levels, int)
-            and isinstance(self.window_ticks, int)
-            and self.levels > self.window_ticks // 4
-        ):
+        if isinstance(self.levels, int) and isinstance(self.window_ticks, int) and self.levels > self.window_ticks // 4:
             errs.append(f"{p}levels={self.levels} must be <= window_ticks // 4 = {self.window_ticks // 4}")
         _positive(errs, p + "max_limit_size", self.max_limit_size, integer=True)
         _positive(errs, p + "queue_ref", self.queue_ref, integer=True)
@@ -133,9 +125,7 @@ class MarketConfig:
         if self.source not in ("synthetic", "lobster"):
             errs.append(f"{p}source={self.source!r} must be 'synthetic' or 'lobster'")
         if self.source == "lobster" and not self.lobster_path:
-            errs.append(
-                f"{p}lobster_path={self.lobster_path!r} must name a LOBSTER zip when source='lobster'"
-            )
+            errs.append(f"{p}lobster_path={self.lobster_path!r} must name a LOBSTER zip when source='lobster'")
         for name in ("tick_size", "usd_per_tick", "size_scale"):
             _positive(errs, p + name, getattr(self, name))
         for name in ("maker_fee_usd", "taker_fee_usd"):
@@ -149,14 +139,10 @@ class MarketConfig:
             and isinstance(self.events_per_step, int)
             and self.latency_events > self.events_per_step
         ):
-            errs.append(
-                f"{p}latency_events={self.latency_events} must be <= events_per_step={self.events_per_step}"
-            )
+            errs.append(f"{p}latency_events={self.latency_events} must be <= events_per_step={self.events_per_step}")
         if isinstance(self.order_size, int) and isinstance(self.position_limit, int):
             if self.order_size > self.position_limit:
-                errs.append(
-                    f"{p}order_size={self.order_size} must be <= position_limit={self.position_limit}"
-                )
+                errs.append(f"{p}order_size={self.order_size} must be <= position_limit={self.position_limit}")
         if isinstance(self.obs_levels, int) and self.obs_levels > 10:
             errs.append(f"{p}obs_levels={self.obs_levels} must be <= 10")
         if not isinstance(self.synthetic, SyntheticConfig):

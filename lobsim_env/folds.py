@@ -47,9 +47,7 @@ def synthetic_days(n: int, *, first_seed: int = 0) -> list[DaySpec]:
     if not isinstance(n, int) or n < 1:
         raise ValueError(f"n={n!r} must be an int >= 1")
     return [
-        DaySpec(
-            name=f"synthetic-{first_seed + i}", date=f"synthetic-{first_seed + i:06d}", seed=first_seed + i
-        )
+        DaySpec(name=f"synthetic-{first_seed + i}", date=f"synthetic-{first_seed + i:06d}", seed=first_seed + i)
         for i in range(n)
     ]
 
@@ -60,9 +58,7 @@ def lobster_days(paths: list[str | Path]) -> list[DaySpec]:
     for p in paths:
         m = _DATE.search(Path(p).name)
         if m is None:
-            raise ValueError(
-                f"{p}: no YYYY-MM-DD date in the file name; LOBSTER files are named TICKER_DATE_..."
-            )
+            raise ValueError(f"{p}: no YYYY-MM-DD date in the file name; LOBSTER files are named TICKER_DATE_...")
         days.append(DaySpec(name=Path(p).name, date=m.group(1), lobster_path=str(p)))
     return sorted(days, key=lambda d: d.date)
 
@@ -76,13 +72,10 @@ def walk_forward(days: list[DaySpec], *, min_train: int = 1) -> list[Fold]:
     if not isinstance(min_train, int) or min_train < 1:
         raise ValueError(f"min_train={min_train!r} must be an int >= 1")
     if len(days) <= min_train:
-        raise ValueError(
-            f"{len(days)} days give no fold with min_train={min_train}: need at least {min_train + 1}"
-        )
+        raise ValueError(f"{len(days)} days give no fold with min_train={min_train}: need at least {min_train + 1}")
     for a, b in itertools.pairwise(days):
         if not a.date < b.date:
             raise ValueError(
-                f"days must be in strictly increasing date order: {a.name} ({a.date}), then {b.name} "
-                f"({b.date})"
+                f"days must be in strictly increasing date order: {a.name} ({a.date}), then {b.name} ({b.date})"
             )
     return [Fold(index=k, train=tuple(days[:k]), evaluate=days[k]) for k in range(min_train, len(days))]

@@ -95,9 +95,7 @@ class ReplayMarket:
         self.cfg = cfg.validate()
         self.day = load_day(cfg.lobster_path) if day is None else day
         if self.day.book is None:
-            raise ValueError(
-                f"{self.day.source}: the replay market needs the orderbook file beside the messages"
-            )
+            raise ValueError(f"{self.day.source}: the replay market needs the orderbook file beside the messages")
         span = cfg.horizon * cfg.events_per_step
         if span + 1 >= self.day.n_messages:
             raise ValueError(
@@ -117,9 +115,7 @@ class ReplayMarket:
         return ReplayState.empty(n_books)
 
     def latent_regime(self, state: ReplayState) -> np.ndarray:
-        raise ValueError(
-            "a LOBSTER replay has no latent regime: the oracle baseline needs source='synthetic'"
-        )
+        raise ValueError("a LOBSTER replay has no latent regime: the oracle baseline needs source='synthetic'")
 
     def reset_rows(self, state: ReplayState, rows: np.ndarray, keys: np.ndarray) -> None:
         # Start >= 1 so the book before the first message is a file row.
@@ -163,9 +159,7 @@ class ReplayMarket:
             state.last_mid2[r] = self._mid2(k0 + E - 1, int(state.last_mid2[r]))
         state.fees_usd += fees
         state.t += 1
-        equity = (
-            state.cash_units + state.position * state.last_mid2 / 2
-        ) * self._units_to_usd - state.fees_usd
+        equity = (state.cash_units + state.position * state.last_mid2 / 2) * self._units_to_usd - state.fees_usd
         reward = equity - state.equity_usd
         state.equity_usd = equity
         return StepResult(reward=reward, fills=fills, fees_usd=fees, truncated=state.t >= cfg.horizon)

@@ -275,7 +275,8 @@ def test_random_flow_keeps_invariants(seed):
         anchor = np.where(bk._EVENT_KIND[et] == 1, b.best[rows, 1 - side], b.best[rows, side])
         d = rng.integers(0, 4, B)
         level = np.where(
-            bk._EVENT_KIND[et] == 1, np.where(side == 0, anchor - 1 - d, anchor + 1 + d),
+            bk._EVENT_KIND[et] == 1,
+            np.where(side == 0, anchor - 1 - d, anchor + 1 + d),
             np.where(side == 0, anchor - d, anchor + d),
         )
         bk.apply_event(b, et, level, rng.integers(1, 3, B), rng.integers(0, 65536, B))

@@ -75,9 +75,7 @@ def test_planted_signal_predicts_next_mid_moves():
 
 def test_oracle_earns_and_beats_flat_random_and_imbalance():
     cfg = dataclasses.replace(MarketConfig(), horizon=500)
-    res = {
-        p: evaluate_policy(cfg, p, episodes=128, seed=7) for p in ("flat", "random", "imbalance", "oracle")
-    }
+    res = {p: evaluate_policy(cfg, p, episodes=128, seed=7) for p in ("flat", "random", "imbalance", "oracle")}
     oracle = res["oracle"]
     assert oracle["pnl_usd_mean"] > 5 * oracle["pnl_usd_sem"] > 0  # clearly positive over seeds
     assert res["flat"]["pnl_usd_mean"] == 0 and res["flat"]["fills_mean"] == 0
