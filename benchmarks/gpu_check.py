@@ -462,6 +462,7 @@ def run_learner(device: str, json_path: str | None, preset_name: str, T: int, B:
         restore: dict = {}
         try:
             if "compile" in mode:
+                torch._dynamo.reset()  # else a later mode reuses graphs compiled under another ops backend
                 restore = compile_pieces(learner, "default" if mode.endswith("compile_default") else "reduce-overhead")
                 entry["compiled"] = "network methods + loss functions (whole update: see compile_pieces)"
             t0 = time.perf_counter()
