@@ -20,7 +20,6 @@ This market loops over books and messages in Python: the speed target is the syn
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -290,8 +289,3 @@ def _first_add_index(event_type: np.ndarray, order_id: np.ndarray) -> np.ndarray
     posc = np.minimum(pos, max(len(sid) - 1, 0))
     found = (pos < len(sid)) & (sid[posc] == order_id) if len(sid) else np.zeros(order_id.shape, bool)
     return np.where(found, sidx[posc] if len(sid) else -1, -1)
-
-
-def with_day(cfg: MarketConfig, day: LobsterDay) -> ReplayMarket:
-    """A ReplayMarket over an already loaded day (tests, folds): skips reading cfg.lobster_path."""
-    return ReplayMarket(dataclasses.replace(cfg), day)
