@@ -136,9 +136,7 @@ def test_dueling_autograd_through_op_matches_reference(used):
     got = torch.autograd.grad(
         loss_of(torch.ops.foxhunt.dueling_forward(*inputs)), inputs, allow_unused=True, materialize_grads=True
     )
-    want = torch.autograd.grad(
-        loss_of(ref.dueling_forward(*inputs)), inputs, allow_unused=True, materialize_grads=True
-    )
+    want = torch.autograd.grad(loss_of(ref.dueling_forward(*inputs)), inputs, allow_unused=True, materialize_grads=True)
     for g, w in zip(got, want, strict=True):
         torch.testing.assert_close(g, w)
 
@@ -149,9 +147,7 @@ def test_ensemble_autograd_through_op_matches_reference():
     got = torch.autograd.grad(
         (torch.ops.foxhunt.ensemble_q(logits, support, quantiles, w) * weight).sum(), (logits, quantiles)
     )
-    want = torch.autograd.grad(
-        (ref.ensemble_q(logits, support, quantiles, w) * weight).sum(), (logits, quantiles)
-    )
+    want = torch.autograd.grad((ref.ensemble_q(logits, support, quantiles, w) * weight).sum(), (logits, quantiles))
     for g, w_ in zip(got, want, strict=True):
         torch.testing.assert_close(g, w_)
 
@@ -168,3 +164,34 @@ def test_ops_compile_with_fake_impls():
     d, e = args["dueling_forward"], args["ensemble_q"]
     expected = ref.dueling_forward(*d)[2].sum() + ref.dueling_forward(*d)[0].sum() + ref.ensemble_q(*e).sum()
     torch.testing.assert_close(step(d, e), expected)
+
+
+class TestBackend:
+    def test_mode_names_are_checked(self):
+        from learner import ops
+
+        with pytest.raises(ValueError, match=r"backend mode='gpu' must be one of"):
+            ops.set_backend("gpu")
+
+    def test_reference_is_forced_and_reported(self):
+        from learner import ops
+
+        previous = ops._State.mode
+        try:
+            ops.set_backend("reference")
+            assert ops.backend().startswith("reference: forced")
+        finally:
+            ops._State.mode = previous
+
+    @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+    def test_cuda_mode_without_a_gpu_raises_and_auto_says_why(self):
+        from learner import ops
+
+        previous = ops._State.mode
+        try:
+            ops._State.mode = "auto"
+            assert ops.backend() == "reference: no CUDA device visible to torch"
+            with pytest.raises(RuntimeError, match="torch sees no CUDA device"):
+                ops.set_backend("cuda")
+        finally:
+            ops._State.mode = previous
