@@ -26,6 +26,16 @@ from lobsim_env.engine import OrderBook, Side
 from lobsim_env.synthetic import SyntheticFlow, hash_draws
 
 SIDE = (Side.BID, Side.ASK)  # batched side index -> engine side
+# What each event code means, written out here rather than read from book.py's own tables:
+# (book side it touches, kind 1 limit / 2 market / 3 cancel). A market buy takes from the asks.
+EVENT = {
+    bk.LIMIT_BID: (bk.BID, 1),
+    bk.LIMIT_ASK: (bk.ASK, 1),
+    bk.MARKET_BUY: (bk.ASK, 2),
+    bk.MARKET_SELL: (bk.BID, 2),
+    bk.CANCEL_BID: (bk.BID, 3),
+    bk.CANCEL_ASK: (bk.ASK, 3),
+}
 START_TICK = 1000
 
 
@@ -117,8 +127,7 @@ class Mirror:
         """`apply_event`'s rules for one book; lvl is a window index."""
         if etype == bk.NONE:
             return
-        s = int(bk._EVENT_SIDE[etype])
-        kind = int(bk._EVENT_KIND[etype])
+        s, kind = EVENT[etype]
         if kind == 1:
             opp = self.best_index(b, 1 - s)
             crosses = lvl >= opp if s == bk.BID else lvl <= opp
@@ -277,7 +286,9 @@ def resolve_level(m: Mirror, b: int, etype: int, level: tuple[str, int]) -> int:
     how, x = level
     if how == "at":
         return x
-    s, kind = int(bk._EVENT_SIDE[etype]), int(bk._EVENT_KIND[etype])
+    if etype == bk.NONE:
+        return 0
+    s, kind = EVENT[etype]
     if kind == 1:
         return m.best_index(b, bk.ASK) - 1 - x if s == bk.BID else m.best_index(b, bk.BID) + 1 + x
     return m.best_index(b, s) - x if s == bk.BID else m.best_index(b, s) + x
