@@ -33,9 +33,12 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # Measured on the LOBSTER sample files (docs/lobster.md): (rows fully matched, rows with a revealed level).
 EXPECTED = {
+    "AAPL_2012-06-21_1": (118497, 88425, 30071),
     "AMZN_2012-06-21_1": (57515, 43561, 13953),
     "AMZN_2012-06-21_5": (155935, 122094, 33840),
     "GOOG_2012-06-21_1": (49482, 38274, 11207),
+    "GOOG_2012-06-21_5": (112673, 80769, 31903),
+    "GOOG_2012-06-21_10": (147916, 103464, 44451),
 }
 
 
