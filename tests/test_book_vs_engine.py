@@ -207,8 +207,9 @@ def assert_same(book: bk.BookState, m: Mirror, where: str) -> None:
             if oid is not None and oid not in eng:
                 m.agent[b][s] = oid = None  # fully filled
             if oid is None:
-                got = (int(book.own_size[b, s]), int(book.own_tick[b, s]))
-                assert got == (0, bk.NO_ORDER), f"{where}, book {b}: agent {SIDE[s].name} (size, tick) of no order"
+                got = (int(book.own_size[b, s]), int(book.own_tick[b, s]), int(book.own_ahead[b, s]))
+                no_order = (0, bk.NO_ORDER, 0)
+                assert got == no_order, f"{where}, book {b}: agent {SIDE[s].name} (size, tick, ahead) of no order"
             else:
                 order = eng.order(oid)
                 got = (int(book.own_tick[b, s]), int(book.own_size[b, s]), int(book.own_ahead[b, s]))
