@@ -75,7 +75,7 @@ def test_encode_refuses_wrong_dtype_and_keys():
 
 def test_truncated_bytes():
     payload = wire.encode(make_batch())
-    with pytest.raises(wire.WireError, match="not a complete msgpack message.*truncated"):
+    with pytest.raises(wire.WireError, match=r"not a complete msgpack message.*truncated"):
         wire.decode(payload[: len(payload) // 2])
 
 
