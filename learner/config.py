@@ -85,6 +85,10 @@ class LearnerConfig:
     """Q losses start once replay holds this many transitions (before that they are 0)."""
     q_batch_size: int = 1024
     """Transitions sampled from replay per update for C51, IQN and the dueling head."""
+    # --- execution ---
+    cuda_graph: bool = True
+    """On CUDA only: replay the whole device side of a steady-state update as one captured CUDA graph
+    (learner/graph.py). Same losses and guard; masked reductions instead of indexed ones. No effect on CPU."""
     # --- test-only fault injection ---
     inject_nan_at: int | None = None
     """Test only: poison the loss at this learner step to exercise the NaN guard."""
@@ -190,6 +194,7 @@ class LearnerConfig:
         )
         need(isinstance(self.flip_distill_sign, bool), "flip_distill_sign", "must be a bool")
         need(isinstance(self.normalize_advantages, bool), "normalize_advantages", "must be a bool")
+        need(isinstance(self.cuda_graph, bool), "cuda_graph", "must be a bool")
         return errs
 
     def validate(self) -> LearnerConfig:

@@ -39,7 +39,12 @@ def grad_norm_key(group: str) -> str:
 
 
 def qpa(q: torch.Tensor, log_pi: torch.Tensor, eps: float = 1e-12) -> torch.Tensor:
-    """Batch mean of the Pearson correlation across actions of q(s, .) and log pi(. | s); q, log_pi: [B, N].
+    """Batch mean of qpa_rows: see there."""
+    return qpa_rows(q, log_pi, eps).mean()
+
+
+def qpa_rows(q: torch.Tensor, log_pi: torch.Tensor, eps: float = 1e-12) -> torch.Tensor:
+    """Per state [B]: the Pearson correlation across actions of q(s, .) and log pi(. | s); q, log_pi: [B, N].
 
     A state whose q or log pi has no spread across actions has no defined correlation and counts 0, so a
     uniform policy reads as 'no agreement', never as NaN. Near -1 means pi ranks actions against Q: the
@@ -55,4 +60,4 @@ def qpa(q: torch.Tensor, log_pi: torch.Tensor, eps: float = 1e-12) -> torch.Tens
     sp = pc.pow(2).sum(-1)
     flat = (sq <= eps * (1 + q.pow(2).sum(-1))) | (sp <= eps * (1 + log_pi.pow(2).sum(-1)))
     r = (qc * pc).sum(-1) / (sq * sp).clamp_min(1e-30).sqrt()
-    return torch.where(flat, torch.zeros_like(r), r.clamp(-1.0, 1.0)).mean()
+    return torch.where(flat, torch.zeros_like(r), r.clamp(-1.0, 1.0))

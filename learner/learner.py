@@ -17,6 +17,7 @@ import dataclasses
 import torch
 
 from learner import diag as D
+from learner import graph as G
 from learner import losses as L
 from learner import ops
 from learner.config import LearnerConfig
@@ -31,20 +32,22 @@ from learner.network import (
 from learner.replay import OnPolicyQueue, ReplayBuffer, Rollout, nstep_transitions, rollout_from_batch
 
 CHECKPOINT_FORMAT = "foxhunt_ray.learner/1"
+_EXECUTION_ONLY = frozenset({"cuda_graph"})  # config fields that change how, not what, a learner computes
 _DUELING_SEED_OFFSET = 0x5EED  # the dueling head's own generator: seeded apart from the main net's RNG
 
 
 class _Trainable:
     """A network's flat parameters, flat gradients, Adam and target copy, stepped as one unit."""
 
-    def __init__(self, net: torch.nn.Module, lr: float, eps: float, clip: float):
+    def __init__(self, net: torch.nn.Module, lr: float, eps: float, clip: float, capturable: bool = False):
         target = copy.deepcopy(net).requires_grad_(False)
-        self.net, self.target, self.clip = net, target, clip
+        self.net, self.target, self.clip, self.capturable = net, target, clip, capturable
         self.flat, self.grad = flatten_parameters_(net)
         self.target_flat, _ = flatten_parameters_(target)
         self.target_flat.requires_grad_(False)
-        # fused on CUDA: the whole Adam step of a flat buffer is one kernel
-        self.opt = torch.optim.Adam([self.flat], lr=lr, eps=eps, fused=self.flat.is_cuda or None)
+        # fused on CUDA: the whole Adam step of a flat buffer is one kernel; capturable keeps its step
+        # count on the device, so a CUDA graph can replay it
+        self.opt = torch.optim.Adam([self.flat], lr=lr, eps=eps, fused=self.flat.is_cuda or None, capturable=capturable)
 
     def snapshot(self) -> tuple[torch.Tensor, dict]:
         """Parameters and Adam state before a step, so a step that ends non-finite can be undone."""
@@ -80,6 +83,12 @@ class _Trainable:
             self.flat.copy_(state["flat"])
             self.target_flat.copy_(state["target_flat"])
         self.opt.load_state_dict(state["opt"])
+        if self.capturable:  # the checkpoint's param group (perhaps from a CPU learner) replaced ours
+            for group in self.opt.param_groups:
+                group["capturable"] = True
+            st = self.opt.state.get(self.flat, {})
+            if torch.is_tensor(st.get("step")):
+                st["step"] = st["step"].to(self.flat.device, torch.float32)
 
 
 class Learner:
@@ -102,23 +111,31 @@ class Learner:
             raise ValueError("cannot build Learner:\n  " + "\n  ".join(errs))
         self.cfg, self.obs_dim, self.n_actions = cfg, obs_dim, n_actions
         self.device = torch.device(device)
+        on_cuda = self.device.type == "cuda"
+        graphed = cfg.cuda_graph and on_cuda
         # The main net is built from its own seeded stream; the caller's global RNG is left as it was.
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             net = MainNet(obs_dim, n_actions, cfg.hidden_dim, cfg.encoder_layers, cfg.n_atoms)
-        self.main = _Trainable(net.to(self.device), cfg.lr, cfg.adam_eps, cfg.grad_clip)
+        self.main = _Trainable(net.to(self.device), cfg.lr, cfg.adam_eps, cfg.grad_clip, graphed)
         self.net: MainNet = self.main.net
         self.groups = group_slices(self.net, HEAD_GROUPS)
         self.dueling: _Trainable | None = None
         if cfg.dueling_mode != "off":
             head = DuelingQHead(cfg.hidden_dim, n_actions, seed=seed + _DUELING_SEED_OFFSET)
-            self.dueling = _Trainable(head.to(self.device), cfg.dueling_lr, cfg.adam_eps, cfg.dueling_grad_clip)
+            self.dueling = _Trainable(
+                head.to(self.device), cfg.dueling_lr, cfg.adam_eps, cfg.dueling_grad_clip, graphed
+            )
         self.support = torch.linspace(cfg.v_min, cfg.v_max, cfg.n_atoms, device=self.device)
         self.gen = torch.Generator(device=self.device).manual_seed(seed)  # IQN tau samples
         self.replay = ReplayBuffer(cfg.replay_capacity, obs_dim, self.device, seed + 1)
         self.queue = OnPolicyQueue()
         self.step = 0
         self.nan_abort_step = 0
+        # On CUDA the NaN guard runs on the device (no host sync before the diag's); on CPU a sync is free and
+        # the host-side guard skips the wasted step. Tests set these to compare the paths on CPU.
+        self.device_guard = on_cuda
+        self.graph: G.GraphUpdate | None = G.GraphUpdate(self, capture=True) if graphed else None
 
     # ------------------------------------------------------------------ update
     def update(self, batch: dict) -> dict[str, float]:
@@ -129,15 +146,22 @@ class Learner:
         host = rollout_from_batch(batch, obs_dim=self.obs_dim, n_actions=self.n_actions)
         nstep = nstep_transitions(host, cfg.gamma, cfg.n_step, cfg.reward_scale)
         self.replay.add({k: v.to(self.device, non_blocking=True) for k, v in nstep.items()})
-        self.queue.push(host.to(self.device))
-        ro = self.queue.pop()
+        q_trained = len(self.replay) >= cfg.replay_min_size
+        if self.graph is not None and q_trained and not self.queue:
+            ro = host  # the queue is empty: what it would pop is this rollout, copied straight into the graph
+        else:
+            # non_blocking: a pageable source is staged before the call returns, so no stream sync is needed
+            self.queue.push(host.to(self.device, non_blocking=True))
+            ro = self.queue.pop()
         self.step += 1
+        if self.graph is not None and q_trained:
+            keys, stacked = self.graph.run(ro, inject_nan=cfg.inject_nan_at == self.step)
+            return self._finish(keys, stacked.tolist(), ro, q_trained)  # one device sync
         out: dict[str, torch.Tensor] = {}
 
         l_pi, ent, l_distill, l_v = self._policy_losses(ro, out)
         zero = torch.zeros((), device=self.device)
         l_c51 = l_iqn = l_dueling = zero
-        q_trained = len(self.replay) >= cfg.replay_min_size
         if q_trained:
             l_c51, l_iqn, l_dueling = self._q_losses(self.replay.sample(cfg.q_batch_size))
         loss = (
@@ -150,13 +174,21 @@ class Learner:
         )
         if cfg.inject_nan_at == self.step:  # test-only fault: exercises the guard in _apply end to end
             loss = loss * float("nan")
-        if not self._apply(loss, l_dueling if q_trained else None, out) and self.nan_abort_step == 0:
-            self.nan_abort_step = self.step
+        if self.device_guard:
+            healthy = G.guarded_step(self, loss, l_dueling if q_trained else None, out)
+        else:
+            healthy = torch.tensor(self._apply(loss, l_dueling if q_trained else None, out), device=self.device)
 
         out.update({D.L_C51: l_c51, D.L_IQN: l_iqn, D.L_PI: l_pi, D.L_V: l_v, D.L_DISTILL: l_distill})
         out.update({D.L_DUELING: l_dueling, D.ENTROPY: ent})
         keys = list(out)
-        values = torch.stack([out[k].detach().float().reshape(()) for k in keys]).tolist()  # one device sync
+        stacked = torch.stack([*(out[k].detach().float().reshape(()) for k in keys), healthy.float()])
+        return self._finish(keys, stacked.tolist(), ro, q_trained)  # one device sync
+
+    def _finish(self, keys: list[str], values: list[float], ro: Rollout, q_trained: bool) -> dict[str, float]:
+        """The diag dict from the stacked values (healthy flag last); records a step that was not applied."""
+        if values.pop() < 0.5 and self.nan_abort_step == 0:
+            self.nan_abort_step = self.step
         result = dict(zip(keys, values, strict=True))
         result.setdefault(D.V_DQ_MEAN, 0.0)
         result.setdefault(D.grad_norm_key("dueling"), 0.0)
@@ -248,8 +280,13 @@ class Learner:
             ops.soft_update_(p.target_flat.detach(), p.flat.detach(), self.cfg.polyak_tau)
         return True
 
-    def _q_losses(self, s: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(l_c51, l_iqn, l_dueling) on replay sample `s`; targets from the target nets at the online a*."""
+    def _q_losses(
+        self, s: dict[str, torch.Tensor], tau_next: torch.Tensor | None = None, tau: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(l_c51, l_iqn, l_dueling) on replay sample `s`; targets from the target nets at the online a*.
+
+        The IQN taus are drawn here from self.gen (tau_next first) unless given (the CUDA graph draws them
+        into its static buffers, in the same order)."""
         cfg, net, tgt = self.cfg, self.net, self.main.target
         n = s["action"].shape[0]
         rows = torch.arange(n, device=self.device)
@@ -263,11 +300,13 @@ class Learner:
             m = L.c51_target(p_next, s["ret"], s["discount"], cfg.v_min, cfg.v_max)
             # IQN, double DQN: a* from the online quantile mean, T' target quantiles at a*.
             a_iqn = net.iqn(h_next, quantile_midpoints(n, cfg.iqn_target_taus, h_next)).mean(1).argmax(-1)
-            tau_next = torch.rand(n, cfg.iqn_target_taus, generator=self.gen, device=self.device)
+            if tau_next is None:
+                tau_next = torch.rand(n, cfg.iqn_target_taus, generator=self.gen, device=self.device)
             q_next = _at_action(tgt.iqn(h_next_tgt, tau_next), a_iqn)
             iqn_target = s["ret"][:, None] + s["discount"][:, None] * q_next
         l_c51 = L.c51_cross_entropy(net.c51_logits(h)[rows, s["action"]], m)
-        tau = torch.rand(n, cfg.iqn_taus, generator=self.gen, device=self.device)
+        if tau is None:
+            tau = torch.rand(n, cfg.iqn_taus, generator=self.gen, device=self.device)
         l_iqn = L.iqn_loss(_at_action(net.iqn(h, tau), s["action"]), tau, iqn_target, cfg.huber_kappa)
         l_dueling = torch.zeros((), device=self.device)
         if self.dueling is not None:  # h detached: this loss reaches w_v, b_v, w_a, b_a and nothing else
@@ -318,7 +357,9 @@ class Learner:
             got = sd.get("format") if isinstance(sd, dict) else type(sd).__name__
             raise ValueError(f"not a learner checkpoint: format={got!r}, expected {CHECKPOINT_FORMAT!r}")
         mine = dataclasses.asdict(self.cfg)
-        diff = sorted(k for k in set(mine) | set(sd["config"]) if mine.get(k) != sd["config"].get(k))
+        diff = sorted(
+            k for k in (set(mine) | set(sd["config"])) - _EXECUTION_ONLY if mine.get(k) != sd["config"].get(k)
+        )
         if diff or (sd["obs_dim"], sd["n_actions"]) != (self.obs_dim, self.n_actions):
             raise ValueError(
                 f"checkpoint was written by a different learner: config fields differ {diff}, "
@@ -332,6 +373,8 @@ class Learner:
         self.replay.load_state_dict(sd["replay"])
         self.queue.load_state_dict(sd["queue"], self.device)
         self.step, self.nan_abort_step = int(sd["step"]), int(sd["nan_abort_step"])
+        if self.graph is not None:  # Adam state tensors were replaced: the captured addresses are stale
+            self.graph.reset()
 
 
 def _at_action(quantiles: torch.Tensor, action: torch.Tensor) -> torch.Tensor:

@@ -43,9 +43,11 @@ class Rollout:
     def to_dict(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
-    def to(self, device: torch.device) -> Rollout:
+    def to(self, device: torch.device, non_blocking: bool = False) -> Rollout:
         d = self.to_dict()
-        return Rollout(**{k: (v.to(device) if torch.is_tensor(v) else v) for k, v in d.items()})
+        return Rollout(
+            **{k: (v.to(device, non_blocking=non_blocking) if torch.is_tensor(v) else v) for k, v in d.items()}
+        )
 
 
 def rollout_from_batch(batch: dict, *, obs_dim: int, n_actions: int) -> Rollout:

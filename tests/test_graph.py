@@ -1,0 +1,222 @@
+"""The CUDA path's pieces on CPU: device-side NaN guard, single backward, masked losses, the graph body.
+
+On CUDA, learner.graph captures these as one graph; here the same code runs eagerly and is compared with the
+CPU path it replaces: bit-identical where the arithmetic is the same (guard, one backward), within float32
+rounding where only the reduction order differs (masked means instead of indexed ones).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from foxhunt_ray.presets import preset
+from learner import diag as D
+from learner import graph as G
+from learner.learner import Learner
+from learner.replay import rollout_from_batch
+
+OBS, N = 5, 7
+
+
+@pytest.fixture(autouse=True)
+def _one_torch_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _cfg(**kw):
+    return dataclasses.replace(preset("smoke"), **{"q_batch_size": 16, "replay_min_size": 16, **kw})
+
+
+def _rollout(rng, t_len=6, b=4, version=0, end_p=0.15):
+    ends = rng.random((t_len, b)) < end_p
+    valid = np.ones((t_len, b), bool)
+    valid[1:] = ~ends[:-1]  # autoreset steps after an episode end are not transitions
+    return {
+        "obs": rng.standard_normal((t_len + 1, b, OBS)).astype(np.float32),
+        "actions": rng.integers(0, N, (t_len, b)),
+        "rewards": rng.standard_normal((t_len, b)).astype(np.float32),
+        "terminated": ends & valid,
+        "truncated": np.zeros((t_len, b), bool),
+        "behaviour_logp": (-math.log(N) + 0.3 * rng.standard_normal((t_len, b))).astype(np.float32),
+        "valid": valid,
+        "policy_version": version,
+    }
+
+
+def _state(lrn: Learner) -> dict[str, torch.Tensor]:
+    out = {}
+    for name in ("main", "dueling"):
+        p = getattr(lrn, name)
+        if p is None:
+            continue
+        out[f"{name}.flat"] = p.flat.detach().clone()
+        out[f"{name}.target"] = p.target_flat.detach().clone()
+        for k, v in p.opt.state.get(p.flat, {}).items():
+            out[f"{name}.adam.{k}"] = torch.as_tensor(v).clone()
+    return out
+
+
+def _device_guarded(lrn: Learner) -> Learner:
+    lrn.device_guard = True
+    return lrn
+
+
+@pytest.mark.parametrize("mode", ["off", "diagnostic", "baseline"])
+def test_device_guard_trains_bit_identically_to_the_host_guard(mode):
+    """Healthy steps, an injected NaN (step 3) and an overflowing Adam step (step 5): same bits, same diag."""
+    learners = [Learner(_cfg(dueling_mode=mode, inject_nan_at=3), obs_dim=OBS, n_actions=N, seed=4) for _ in range(2)]
+    _device_guarded(learners[1])
+    rng = np.random.default_rng(7)
+    batches = [_rollout(rng) for _ in range(7)]
+    for step, batch in enumerate(batches, start=1):
+        if step == 5:
+            for lrn in learners:  # huge lr: Adam's step overflows float32 from finite gradients
+                lrn.main.opt.param_groups[0]["lr"] = 1e30
+                lrn.main.opt.state[lrn.main.flat]["exp_avg"].fill_(1e30)
+        if step == 6:
+            for lrn in learners:
+                lrn.main.opt.param_groups[0]["lr"] = lrn.cfg.lr
+        diags = [lrn.update(batch) for lrn in learners]
+        host, dev = diags
+        assert host.keys() == dev.keys()
+        for k in host:
+            assert host[k] == dev[k] or (math.isnan(host[k]) and math.isnan(dev[k])), (step, k)
+        a, b = (_state(lrn) for lrn in learners)
+        assert a.keys() == b.keys()
+        for k in a:
+            assert torch.equal(a[k], b[k]), (step, k)
+    assert learners[1].nan_abort_step == 3
+
+
+def test_first_step_aborted_leaves_adam_as_if_never_stepped():
+    """The device guard always steps; undoing Adam's very first step must leave a zero state that then
+    trains exactly like the fresh state the host guard keeps."""
+    learners = [Learner(_cfg(inject_nan_at=1), obs_dim=OBS, n_actions=N) for _ in range(2)]
+    _device_guarded(learners[1])
+    rng = np.random.default_rng(8)
+    batches = [_rollout(rng) for _ in range(3)]
+    for batch in batches:
+        for lrn in learners:
+            lrn.update(batch)
+    assert [lrn.nan_abort_step for lrn in learners] == [1, 1]
+    a, b = (_state(lrn) for lrn in learners)
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+
+
+def test_one_backward_gives_the_gradients_of_two():
+    lrn = Learner(_cfg(dueling_mode="baseline"), obs_dim=OBS, n_actions=N, seed=2)
+    rng = np.random.default_rng(3)
+    lrn.update(_rollout(rng))  # fills replay
+    ro = rollout_from_batch(_rollout(rng), obs_dim=OBS, n_actions=N)
+    grads = []
+    for single in (False, True):
+        state = (lrn.gen.get_state(), lrn.replay.gen.get_state())
+        out: dict = {}
+        l_pi, ent, l_distill, l_v = lrn._policy_losses(ro, out)
+        l_c51, l_iqn, l_dueling = lrn._q_losses(lrn.replay.sample(lrn.cfg.q_batch_size))
+        loss = l_pi - 0.01 * ent + 0.1 * l_distill + 0.5 * l_v + l_c51 + l_iqn
+        lrn.main.grad.zero_()
+        lrn.dueling.grad.zero_()
+        if single:
+            (loss + l_dueling).backward()
+        else:
+            loss.backward()
+            l_dueling.backward()
+        grads.append((lrn.main.grad.clone(), lrn.dueling.grad.clone()))
+        lrn.gen.set_state(state[0])
+        lrn.replay.gen.set_state(state[1])
+    assert grads[0][1].abs().sum() > 0 and grads[0][0].abs().sum() > 0
+    assert torch.equal(grads[0][0], grads[1][0]) and torch.equal(grads[0][1], grads[1][1])
+
+
+@pytest.mark.parametrize("mode", ["diagnostic", "baseline"])
+def test_masked_policy_losses_match_the_indexed_ones(mode):
+    lrn = Learner(_cfg(dueling_mode=mode), obs_dim=OBS, n_actions=N, seed=5)
+    rng = np.random.default_rng(4)
+    for end_p, only_one in ((0.3, False), (0.0, False), (0.0, True)):
+        batch = _rollout(rng, end_p=end_p)
+        if only_one:  # a single valid step: the eager path does not standardise its advantage
+            batch["valid"][:] = False
+            batch["valid"][2, 1] = True
+        ro = rollout_from_batch(batch, obs_dim=OBS, n_actions=N)
+        static = {k: getattr(ro, k) for k in G.ROLLOUT_FIELDS}
+        static["actions"] = torch.where(ro.valid, ro.actions, 99)  # garbage off the valid steps is ignored
+        static["behaviour_logp"] = torch.where(ro.valid, ro.behaviour_logp, 1e4)
+        results = []
+        for fn, arg in ((lrn._policy_losses, ro), (lambda r, o: G.policy_losses_masked(lrn, r, o), static)):
+            out: dict = {}
+            losses = fn(arg, out)
+            lrn.main.grad.zero_()
+            sum(losses).backward()
+            results.append((losses, out, lrn.main.grad.clone()))
+        (la, oa, ga), (lb, ob, gb) = results
+        for x, y in zip(la, lb, strict=True):
+            torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-6)
+        assert oa.keys() == ob.keys()
+        for k in oa:
+            torch.testing.assert_close(oa[k], ob[k], rtol=1e-5, atol=1e-6, msg=k)
+        assert torch.isfinite(gb).all()
+        torch.testing.assert_close(ga, gb, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("mode", ["off", "baseline"])
+def test_graph_body_trains_like_the_eager_update(mode):
+    """GraphUpdate's body (what CUDA captures) run eagerly: same samples, same steps, float32-close results."""
+    eager = Learner(_cfg(dueling_mode=mode), obs_dim=OBS, n_actions=N, seed=1)
+    body = _device_guarded(Learner(_cfg(dueling_mode=mode), obs_dim=OBS, n_actions=N, seed=1))
+    body.graph = G.GraphUpdate(body, capture=False)
+    rng = np.random.default_rng(11)
+    for _ in range(6):
+        batch = _rollout(rng)
+        da, db = eager.update(batch), body.update(batch)
+        assert da.keys() == db.keys()
+        for k in da:
+            assert math.isclose(da[k], db[k], rel_tol=1e-3, abs_tol=1e-4), (k, da[k], db[k])
+    assert body.graph.shapes  # the body really ran (replay was full from the first update)
+    a, b = _state(eager), _state(body)
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=1e-3, atol=1e-5, msg=k)
+    # the same replay and IQN draws: the generators are in the same place
+    assert torch.equal(eager.gen.get_state(), body.gen.get_state())
+    assert torch.equal(eager.replay.gen.get_state(), body.replay.gen.get_state())
+
+
+def test_graph_body_skips_an_injected_nan_step():
+    lrn = _device_guarded(Learner(_cfg(inject_nan_at=2), obs_dim=OBS, n_actions=N))
+    lrn.graph = G.GraphUpdate(lrn, capture=False)
+    rng = np.random.default_rng(12)
+    assert lrn.update(_rollout(rng))[D.NAN_ABORT_STEP] == 0
+    before = _state(lrn)
+    d = lrn.update(_rollout(rng))
+    assert d[D.NAN_ABORT_STEP] == 2 and math.isnan(d[D.L_PI] + d[D.GRAD_NORM_PREFIX + "total"])
+    after = _state(lrn)
+    for k in before:
+        assert torch.equal(before[k], after[k]), k
+    d = lrn.update(_rollout(rng))  # the loss scale is back to 1: the next step trains
+    assert d[D.NAN_ABORT_STEP] == 2 and math.isfinite(d[D.L_PI])
+    assert not torch.equal(before["main.flat"], lrn.main.flat)
+
+
+def test_cuda_graph_flag_is_validated_and_not_part_of_a_checkpoints_identity():
+    assert preset("phase4_3").cuda_graph is True
+    errs = _cfg(cuda_graph="yes").errors()
+    assert errs == ["learner.cuda_graph='yes' must be a bool"]
+    src = Learner(_cfg(cuda_graph=False), obs_dim=OBS, n_actions=N)
+    src.update(_rollout(np.random.default_rng(0)))
+    buf = io.BytesIO()
+    torch.save(src.state_dict(), buf)
+    buf.seek(0)
+    dst = Learner(_cfg(cuda_graph=True), obs_dim=OBS, n_actions=N)
+    dst.load_state_dict(torch.load(buf, weights_only=True))
+    assert torch.equal(dst.main.flat, src.main.flat) and dst.step == 1
+    assert dst.graph is None  # CPU: the flag has no effect
