@@ -1,0 +1,3 @@
+"""The roles of the Ray system as plain classes (no Ray import here): the rollout worker (actors.rollout), its
+wire format (actors.wire) and the monitor with the kill rules (actors.monitor, actors.kill_rules).
+`ray.remote` is applied to them in one place, by the driver. Spec: docs/system.md."""

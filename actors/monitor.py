@@ -1,0 +1,285 @@
+"""The monitor role: appends diag.jsonl, applies the kill rules, writes summary.json, exports Ray gauges.
+
+A plain class (no Ray import at module level). `record(diag)` takes one learner step's diag dict (the
+Learner's keys plus what the driver adds: pnl_cum_usd, env_steps, ...), stamps it (step, time, the run's
+constant fields such as code_sha and preset), computes qpa_ema and the rates, checks the rules
+(actors.kill_rules) and appends ONE line. A line is written with a single os.write on an O_APPEND file
+descriptor, so a crash leaves at worst one partial LAST line, never a torn line in the middle; a Monitor opened
+on an existing diag.jsonl (a resumed run) cuts such a tail off, restores qpa_ema, the l_q reference and the
+last step, and refuses a step that is not after it, so the file has no duplicates.
+
+JSON has no NaN: a non-finite float is written as the string "nan", "inf" or "-inf" (json.dumps with
+allow_nan=False guarantees a valid line); `read_diag` turns those strings back into floats. The rules see the
+raw values before serialisation.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from actors.kill_rules import EXIT_ERROR, EXIT_KILLED, EXIT_OK, KillConfig, KillDecision, KillRules
+
+DIAG_FILE = "diag.jsonl"
+SUMMARY_FILE = "summary.json"
+_NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
+_log = logging.getLogger(__name__)
+
+GAUGES: dict[str, str] = {
+    "qpa": "q_pi_agree: mean Pearson corr of q_ens and log pi across actions",
+    "qpa_ema": "EMA of qpa (the qpa kill rule reads this)",
+    "pnl_cum_usd": "cumulative final pnl of the ended episodes, USD",
+    "l_c51": "C51 cross-entropy",
+    "l_iqn": "IQN quantile Huber loss",
+    "l_pi": "PPO clipped surrogate loss",
+    "l_v": "V_scalar MSE",
+    "l_distill": "Q->pi distillation KL",
+    "l_dueling": "DuelingQHead Huber Bellman loss",
+    "env_steps_per_s": "env steps per second over the last update",
+    "updates_per_s": "learner updates per second over the last update",
+}
+"""diag key -> description; Ray gauge names are 'foxhunt_' + key."""
+GAUGE_NAMES: tuple[str, ...] = tuple("foxhunt_" + k for k in GAUGES)
+
+
+class DiagFileError(ValueError):
+    """A diag.jsonl that cannot be read; the message names the file and line."""
+
+
+def to_json_value(value, key: str = "?"):
+    """A JSON-safe copy: numpy scalars to Python, non-finite floats to "nan"/"inf"/"-inf"."""
+    if isinstance(value, dict):
+        return {str(k): to_json_value(v, f"{key}.{k}") for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [to_json_value(v, key) for v in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "nan"
+        return value if math.isfinite(value) else ("inf" if value > 0 else "-inf")
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    raise ValueError(f"diag[{key!r}]={value!r} of type {type(value).__name__} is not JSON: send numbers or strings")
+
+
+def _from_json(value):
+    if isinstance(value, dict):
+        return {k: _from_json(v) for k, v in value.items()}
+    if isinstance(value, str) and value in _NON_FINITE:
+        return _NON_FINITE[value]
+    return value
+
+
+def _parse_lines(path: Path, data: bytes) -> tuple[list[dict], int]:
+    """(records, end of the last complete line). A complete line that is not a JSON object raises."""
+    end = data.rfind(b"\n") + 1
+    records = []
+    for lineno, line in enumerate(data[:end].split(b"\n")[:-1], start=1):
+        try:
+            rec = json.loads(line)
+        except ValueError as err:
+            raise DiagFileError(f"{path}:{lineno}: not valid JSON ({err}); fix or delete that line") from None
+        if not isinstance(rec, dict):
+            raise DiagFileError(f"{path}:{lineno}: a diag line must be a JSON object, got {type(rec).__name__}")
+        if "event" not in rec and not isinstance(rec.get("step"), int):
+            raise DiagFileError(f"{path}:{lineno}: step line without an integer 'step': {line[:80]!r}")
+        records.append(_from_json(rec))
+    return records, end
+
+
+def read_diag(path: str | Path) -> list[dict]:
+    """Every record of a diag.jsonl, non-finite strings back to floats. A partial last line (a crashed run) is
+    skipped with a warning; any other bad line raises DiagFileError naming file and line."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        raise DiagFileError(f"cannot read diag file {path}: {err}; pass a run's diag.jsonl") from None
+    records, end = _parse_lines(path, data)
+    if end < len(data):
+        _log.warning("%s: ignoring a partial last line of %d bytes (the run crashed mid-write)", path, len(data) - end)
+    return records
+
+
+def step_records(records: list[dict]) -> list[dict]:
+    """The per-step lines (kill records carry an 'event' key)."""
+    return [r for r in records if "event" not in r]
+
+
+def load_baseline(path: str | Path) -> dict[int, dict]:
+    """A baseline run's step lines by step: a run dir or its diag.jsonl."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / DIAG_FILE
+    records = step_records(read_diag(path))
+    if not records:
+        raise DiagFileError(f"baseline {path} has no step lines: point --baseline at a run that trained")
+    return {r["step"]: r for r in records}
+
+
+class RayGauges:
+    """Ray metrics for the dashboard, created lazily once and only when Ray is initialised in this process."""
+
+    def __init__(self, run: str):
+        self.run = run
+        self._gauges: dict | None = None
+
+    @staticmethod
+    def active() -> bool:
+        ray = sys.modules.get("ray")  # never import Ray just to find out: a plain run must not pay for it
+        return ray is not None and ray.is_initialized()
+
+    def set(self, record: dict) -> None:
+        if not self.active():
+            return
+        if self._gauges is None:
+            from ray.util.metrics import Gauge
+
+            self._gauges = {k: Gauge("foxhunt_" + k, description=d, tag_keys=("run",)) for k, d in GAUGES.items()}
+        for key, gauge in self._gauges.items():
+            value = record.get(key)
+            if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+                gauge.set(float(value), tags={"run": self.run})
+
+
+class Monitor:
+    """Owns run_dir/diag.jsonl and run_dir/summary.json for one run (fold); methods: record, finish, close."""
+
+    def __init__(
+        self,
+        run_dir: str | Path,
+        kill: KillConfig,
+        baseline_diag: str | Path | None = None,
+        *,
+        stamp: dict | None = None,
+    ):
+        """stamp: constant fields written into every line (code_sha, preset, fold)."""
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.diag_path = self.run_dir / DIAG_FILE
+        self.summary_path = self.run_dir / SUMMARY_FILE
+        self.stamp = to_json_value(dict(stamp or {}), "stamp")
+        baseline = load_baseline(baseline_diag) if baseline_diag is not None else None
+        self.rules = KillRules(kill, baseline)
+        self.gauges = RayGauges(self.run_dir.name)
+        self.last: dict | None = None
+        self.decision: KillDecision | None = None
+        self.exit_code: int | None = None
+        self.repaired_bytes = 0
+        self._resume()
+        self._fd = os.open(self.diag_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+    @property
+    def last_step(self) -> int:
+        return self.last["step"] if self.last else 0
+
+    def _resume(self) -> None:
+        if not self.diag_path.exists():
+            return
+        data = self.diag_path.read_bytes()
+        records, end = _parse_lines(self.diag_path, data)
+        if end < len(data):  # a crash mid-write: keep every complete line, drop the torn tail
+            self.repaired_bytes = len(data) - end
+            _log.warning(
+                "%s: cut off a partial last line of %d bytes left by a crash; resuming after step %s",
+                self.diag_path,
+                self.repaired_bytes,
+                step_records(records)[-1]["step"] if step_records(records) else 0,
+            )
+            with open(self.diag_path, "r+b") as f:
+                f.truncate(end)
+        steps = step_records(records)
+        self.rules.restore(steps)
+        self.last = steps[-1] if steps else None
+
+    def record(self, diag: dict) -> KillDecision | None:
+        """Appends one step line; returns the KillDecision when a rule fired (then the run is over)."""
+        if self.exit_code is not None:
+            raise RuntimeError(f"Monitor.record after the run ended ({self.summary_path} written)")
+        if not isinstance(diag, dict):
+            raise ValueError(f"diag must be a dict of the learner step's values, got {type(diag).__name__}")
+        step = diag.get("step")
+        if isinstance(step, bool) or not isinstance(step, int | float) or step != int(step) or step < 1:
+            raise ValueError(f"diag['step']={step!r} must be a whole number >= 1 (Learner.update's step)")
+        step = int(step)
+        if step <= self.last_step:
+            raise ValueError(
+                f"diag step {step} is not after the last recorded step {self.last_step} of {self.diag_path}: "
+                "a resumed run must continue from its checkpoint's step + 1"
+            )
+        rec = {"step": step, "time": time.time(), **self.stamp}
+        rec.update({k: (v.item() if isinstance(v, np.generic) else v) for k, v in diag.items() if k != "step"})
+        self._add_rates(rec)
+        decision = self.rules.check(rec)
+        self._write(rec)
+        self.last = rec
+        self.gauges.set(rec)
+        if decision is not None:
+            self._write({**decision.to_record(), "time": time.time()})
+            self.decision = decision
+            self._summary("killed", EXIT_KILLED)
+        return decision
+
+    def _add_rates(self, rec: dict) -> None:
+        prev = self.last
+        if prev is None:
+            return
+        dt = rec["time"] - prev.get("time", rec["time"])
+        if dt > 0:
+            rec.setdefault("updates_per_s", (rec["step"] - prev["step"]) / dt)
+            if isinstance(rec.get("env_steps"), int | float) and isinstance(prev.get("env_steps"), int | float):
+                rec.setdefault("env_steps_per_s", (rec["env_steps"] - prev["env_steps"]) / dt)
+
+    def _write(self, rec: dict) -> None:
+        line = (json.dumps(to_json_value(rec), allow_nan=False, separators=(",", ":")) + "\n").encode()
+        view = memoryview(line)
+        while view:  # os.write on a regular file writes it all at once; loop for the pathological short write
+            view = view[os.write(self._fd, view) :]
+
+    def finish(self, status: str = "done", message: str | None = None) -> int:
+        """Writes summary.json for an end without a kill ('done', 'stopped' or 'error'); returns the exit code.
+        After a kill the kill's summary stands and EXIT_KILLED is returned."""
+        if self.exit_code is not None:
+            return self.exit_code
+        codes = {"done": EXIT_OK, "stopped": EXIT_OK, "error": EXIT_ERROR}
+        if status not in codes:
+            raise ValueError(f"finish(status={status!r}) must be one of {sorted(codes)}")
+        self._summary(status, codes[status], message)
+        return codes[status]
+
+    def _summary(self, status: str, code: int, message: str | None = None) -> None:
+        d = self.decision
+        summary = {
+            "status": status,
+            "exit_code": code,
+            "rule": d.rule if d else None,
+            "step": d.step if d else self.last_step,
+            "message": d.message if d else message,
+            "values": d.values if d else {},
+            "time": time.time(),
+            **self.stamp,
+            "last": self.last,
+        }
+        tmp = self.summary_path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(to_json_value(summary), allow_nan=False, indent=2) + "\n")
+        os.replace(tmp, self.summary_path)  # atomic: a reader never sees half a summary
+        self.exit_code = code
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def __enter__(self) -> Monitor:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
