@@ -53,10 +53,10 @@ class DiagFileError(ValueError):
     """A diag.jsonl that cannot be read; the message names the file and line."""
 
 
-def to_json_value(value, key: str = "?"):
+def to_json_value(value, key: str = ""):
     """A JSON-safe copy: numpy scalars to Python, non-finite floats to "nan"/"inf"/"-inf"."""
     if isinstance(value, dict):
-        return {str(k): to_json_value(v, f"{key}.{k}") for k, v in value.items()}
+        return {str(k): to_json_value(v, f"{key}.{k}" if key else str(k)) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [to_json_value(v, key) for v in value]
     if isinstance(value, np.generic):
@@ -217,6 +217,7 @@ class Monitor:
             )
         rec = {"step": step, "time": time.time(), **self.stamp}
         rec.update({k: (v.item() if isinstance(v, np.generic) else v) for k, v in diag.items() if k != "step"})
+        to_json_value(rec)  # refuse a value JSON cannot hold before the rules' state moves
         self._add_rates(rec)
         decision = self.rules.check(rec)
         self._write(rec)
