@@ -17,7 +17,9 @@ MARKET = MarketConfig(horizon=6, events_per_step=4)
 
 
 def make_worker(*, B: int = 4, worker_index: int = 0, seed: int = 11, weights: dict | None = None) -> RolloutWorker:
-    return RolloutWorker(RolloutConfig(num_envs=B), MARKET, worker_index=worker_index, seed=seed, weights=weights)
+    # torch_threads as the test process has them: the worker's set_num_threads is process-wide
+    cfg = RolloutConfig(num_envs=B, torch_threads=torch.get_num_threads())
+    return RolloutWorker(cfg, MARKET, worker_index=worker_index, seed=seed, weights=weights)
 
 
 @pytest.fixture(scope="module")
