@@ -4,7 +4,8 @@
     python benchmarks/gpu_check.py checks  --json F       # every op vs the float64 reference, grads, opcheck
     python benchmarks/gpu_check.py sanitize               # each op fwd+bwd once at B=128 (under compute-sanitizer)
     python benchmarks/gpu_check.py ops     --json F       # per-op time: kernels vs eager vs compiled reference
-    python benchmarks/gpu_check.py learner --json F       # full Learner.update: cuda / eager / compile modes
+    python benchmarks/gpu_check.py graphcheck --json F    # CUDA-graph Learner vs the eager CUDA Learner, same seed
+    python benchmarks/gpu_check.py learner --json F       # full Learner.update: graph / cuda / eager / compile modes
 
 benchmarks/gpu_check.sh runs them all in one call and copies the logs and JSON to $OUT. `--device cpu`
 runs checks/ops/learner on the CPU (the reference against the CPU op implementations) to test this script.
@@ -408,8 +409,11 @@ def run_ops(device: str, json_path: str | None) -> None:
         Path(json_path).write_text(json.dumps({"ceilings": ceilings, "ops": rows}, indent=1))
 
 
-def learner_batch(T: int, B: int, obs_dim: int, n_actions: int, seed: int) -> dict:
+def learner_batch(T: int, B: int, obs_dim: int, n_actions: int, seed: int, autoreset: bool = False) -> dict:
     g = torch.Generator().manual_seed(seed)
+    valid = torch.ones(T, B, dtype=torch.bool)
+    if autoreset:  # the step after an episode end is an autoreset, not a transition
+        valid[1:] = torch.rand(T - 1, B, generator=g) > 0.05
     return {
         "obs": torch.randn(T + 1, B, obs_dim, generator=g),
         "actions": torch.randint(0, n_actions, (T, B), generator=g),
@@ -417,9 +421,67 @@ def learner_batch(T: int, B: int, obs_dim: int, n_actions: int, seed: int) -> di
         "terminated": torch.rand(T, B, generator=g) < 0.02,
         "truncated": torch.rand(T, B, generator=g) < 0.02,
         "behaviour_logp": -torch.rand(T, B, generator=g) * 2.2,
-        "valid": torch.ones(T, B, dtype=torch.bool),
+        "valid": valid,
         "policy_version": 0,
     }
+
+
+def run_graphcheck(device: str, json_path: str | None, T: int, B: int, n_updates: int = 8) -> bool:
+    """Learner with cuda_graph=True vs cuda_graph=False (both on the CUDA kernels), same seed and batches.
+
+    They draw the same replay indices and taus, so they differ only in the reduction order of the masked
+    on-policy means: parameters and diag must agree to float32 rounding (grown a little by Adam and by an
+    occasional argmax tie). Also: an injected NaN step is skipped by both, with parameters kept.
+    """
+    import dataclasses
+
+    from foxhunt_ray.presets import preset
+    from learner.learner import Learner
+
+    obs_dim, n_actions = 64, 9
+    batches = [learner_batch(T, B, obs_dim, n_actions, seed=100 + s, autoreset=True) for s in range(n_updates)]
+    report: dict = {"T": T, "B": B, "updates": n_updates, "cases": {}}
+    ok_all = True
+    for name, preset_name, inject in (("phase4_3", "phase4_3", None), ("plan_a_v2+nan@4", "plan_a_v2", 4)):
+        base = dataclasses.replace(preset(preset_name), q_batch_size=1024, replay_min_size=1024, inject_nan_at=inject)
+        pair = [
+            Learner(dataclasses.replace(base, cuda_graph=g), obs_dim=obs_dim, n_actions=n_actions, device=device)
+            for g in (True, False)
+        ]
+        worst_diag: dict[str, float] = {}
+        for batch in batches:
+            da, db = (lrn.update(batch) for lrn in pair)
+            for k in da:
+                if math.isnan(da[k]) and math.isnan(db[k]):  # both report the skipped step's NaN
+                    continue
+                err = abs(da[k] - db[k]) / max(abs(db[k]), 1e-3)
+                worst_diag[k] = max(worst_diag.get(k, 0.0), err if math.isfinite(err) else math.inf)
+        params = {}
+        for part in ("main", "dueling"):
+            a, b = (getattr(lrn, part) for lrn in pair)
+            if a is None:
+                continue
+            for what in ("flat", "target_flat"):
+                x, y = getattr(a, what).detach(), getattr(b, what).detach()
+                params[f"{part}.{what}"] = ((x - y).abs().max() / y.abs().max()).item()
+        graph = pair[0].graph
+        case = {
+            "captures": graph.captures if graph is not None else 0,
+            "nan_abort_step": [lrn.nan_abort_step for lrn in pair],
+            "param_max_rel_err": params,
+            "diag_worst_rel_err": {k: v for k, v in sorted(worst_diag.items(), key=lambda kv: -kv[1])[:8]},
+        }
+        nan_ok = case["nan_abort_step"] == [inject or 0, inject or 0]
+        diag_ok = all(v < 2e-2 for k, v in worst_diag.items() if k != "nan_abort_step")
+        case["ok"] = bool(case["captures"] == 1 and nan_ok and max(params.values()) < 1e-3 and diag_ok)
+        ok_all &= case["ok"]
+        report["cases"][name] = case
+        print(name, json.dumps(case), flush=True)
+    report["ok"] = ok_all
+    print("graphcheck:", "PASSED" if ok_all else "FAILED")
+    if json_path:
+        Path(json_path).write_text(json.dumps(report, indent=1))
+    return ok_all
 
 
 def run_learner(device: str, json_path: str | None, preset_name: str, T: int, B: int, reps: int) -> None:
@@ -433,12 +495,15 @@ def run_learner(device: str, json_path: str | None, preset_name: str, T: int, B:
     batches = [learner_batch(T, B, obs_dim, n_actions, seed=s) for s in range(4)]
     if device == "cuda":  # the rollout arrives from actors on the host; pinned like the learner actor's queue
         batches = [{k: (v.pin_memory() if torch.is_tensor(v) else v) for k, v in b.items()} for b in batches]
+    # cuda_graph: the Learner's CUDA path (kernels + one captured graph per update); cuda_kernels: the same
+    # without the graph; reference_graph: the graph over the pure-PyTorch reference ops (the graph's share).
     modes = [
+        "cuda_graph",
         "cuda_kernels",
+        "reference_graph",
         "eager_reference",
         "compile_default",
         "compile_reduce_overhead",
-        "cuda_kernels+compile_reduce_overhead",
     ]
     if device != "cuda":
         modes = ["eager_reference", "compile_default"]
@@ -455,8 +520,9 @@ def run_learner(device: str, json_path: str | None, preset_name: str, T: int, B:
         "modes": {},
     }
     for mode in modes:
-        ops.set_backend("cuda" if mode.startswith("cuda_kernels") else "reference")
-        learner = Learner(cfg, obs_dim=obs_dim, n_actions=n_actions, device=device, seed=0)
+        ops.set_backend("cuda" if mode.startswith("cuda") else "reference")
+        mode_cfg = dataclasses.replace(cfg, cuda_graph=mode.endswith("graph"))
+        learner = Learner(mode_cfg, obs_dim=obs_dim, n_actions=n_actions, device=device, seed=0)
         update = learner.update
         entry: dict = {"backend": ops.backend()}
         restore: dict = {}
@@ -488,7 +554,9 @@ def run_learner(device: str, json_path: str | None, preset_name: str, T: int, B:
             )
             if device == "cuda":
                 table = str(Path(json_path).with_name(f"profile_{mode}.txt")) if json_path else None
-                entry.update(profile_updates(update, batches, table if mode == "cuda_kernels" else None))
+                entry.update(profile_updates(update, batches, table if mode.startswith("cuda") else None))
+                if learner.graph is not None:
+                    entry["graph_captures"] = learner.graph.captures
                 entry.update(count_floor(learner, batches[0], ceilings) if mode == "eager_reference" else {})
         except Exception as exc:
             entry["error"] = repr(exc)[:500]
@@ -505,16 +573,25 @@ def run_learner(device: str, json_path: str | None, preset_name: str, T: int, B:
     best_compiled = min(
         (m.get("median_ms", math.inf) for k, m in report["modes"].items() if k.startswith("compile")), default=math.inf
     )
-    cuda_ms = report["modes"].get("cuda_kernels", {}).get("median_ms", math.nan)
-    report["speedup_cuda_vs_best_compiled"] = best_compiled / cuda_ms if cuda_ms else math.nan
-    print(f"\nLearner.update {preset_name}, rollout T={T} B={B}, q_batch=1024, H={cfg.hidden_dim}")
-    print(f"{'mode':<26}{'median ms':>10}{'kernels/update':>16}{'device busy ms':>16}{'syncs':>7}")
+    for path in ("cuda_graph", "cuda_kernels"):
+        ms = report["modes"].get(path, {}).get("median_ms", math.nan)
+        report[f"speedup_{path}_vs_best_compiled"] = best_compiled / ms if ms else math.nan
+    print(f"\nLearner.update {preset_name}, rollout T={T} B={B}, q_batch=1024, H={cfg.hidden_dim}, {reps} updates")
+    print(
+        f"{'mode':<26}{'median ms':>10}{'p10':>8}{'p90':>8}{'kernels/upd':>12}{'host launches':>14}"
+        f"{'device busy ms':>15}{'syncs':>7}"
+    )
     for mode, e in report["modes"].items():
         print(
-            f"{mode:<26}{e.get('median_ms', math.nan):>10.3f}{e.get('kernels_per_update', math.nan):>16}"
-            f"{e.get('device_busy_ms_per_update', math.nan):>16.3f}{e.get('host_syncs_per_update', math.nan):>7}"
+            f"{mode:<26}{e.get('median_ms', math.nan):>10.3f}{e.get('p10_ms', math.nan):>8.2f}"
+            f"{e.get('p90_ms', math.nan):>8.2f}{e.get('kernels_per_update', math.nan):>12}"
+            f"{e.get('host_launch_calls_per_update', math.nan):>14}"
+            f"{e.get('device_busy_ms_per_update', math.nan):>15.3f}{e.get('host_syncs_per_update', math.nan):>7}"
         )
-    print(f"CUDA path vs best torch.compile: {report['speedup_cuda_vs_best_compiled']:.2f}x (target >= 2x)")
+        if "error" in e:
+            print(f"  {mode} ERROR: {e['error']}")
+    print(f"CUDA graph path vs best torch.compile: {report['speedup_cuda_graph_vs_best_compiled']:.2f}x (target >= 2x)")
+    print(f"CUDA path without graph vs best torch.compile: {report['speedup_cuda_kernels_vs_best_compiled']:.2f}x")
     if json_path:
         Path(json_path).write_text(json.dumps(report, indent=1))
 
@@ -578,12 +655,18 @@ def profile_updates(update, batches, table_path: str | None = None) -> dict:
     device = [e for e in events if e.device_type == torch.autograd.DeviceType.CUDA]
     kernels = [e for e in device if "memcpy" not in e.name.lower() and "memset" not in e.name.lower()]
     syncs = [e for e in events if e.name in ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize")]
+    # What the host issues: a graph replay is one cudaGraphLaunch for all the kernels it holds.
+    launch_api = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cudaGraphLaunch", "cudaMemcpyAsync", "cudaMemsetAsync")
+    launches = [e for e in events if e.name in launch_api]
+    graph_launches = [e for e in events if e.name == "cudaGraphLaunch"]
     if table_path:
         Path(table_path).write_text(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=40))
     return {
         "kernels_per_update": len(kernels) / n,
         "device_busy_ms_per_update": sum(e.device_time_total for e in device) / 1e3 / n,
         "host_syncs_per_update": len(syncs) / n,
+        "host_launch_calls_per_update": len(launches) / n,
+        "graph_launches_per_update": len(graph_launches) / n,
     }
 
 
@@ -621,13 +704,13 @@ def count_floor(learner, batch, ceilings) -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("stage", choices=["build", "checks", "sanitize", "ops", "learner"])
+    parser.add_argument("stage", choices=["build", "checks", "sanitize", "ops", "graphcheck", "learner"])
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--json")
     parser.add_argument("--preset", default="phase4_3")
     parser.add_argument("--T", type=int, default=8)
     parser.add_argument("--B", type=int, default=128)
-    parser.add_argument("--reps", type=int, default=60)
+    parser.add_argument("--reps", type=int, default=200)
     args = parser.parse_args()
     print(f"torch {torch.__version__}, cuda available: {torch.cuda.is_available()}", flush=True)
     if args.device == "cuda":
@@ -643,6 +726,8 @@ def main() -> int:
         run_sanitize(args.device)
     elif args.stage == "ops":
         run_ops(args.device, args.json)
+    elif args.stage == "graphcheck":
+        return 0 if run_graphcheck(args.device, args.json, args.T, args.B) else 1
     elif args.stage == "learner":
         run_learner(args.device, args.json, args.preset, args.T, args.B, args.reps)
     return 0

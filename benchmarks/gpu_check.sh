@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU machine's one call: build the extension, check every kernel against the reference, run
 # compute-sanitizer (memcheck, racecheck) on the ops at B=128, time the ops and the full Learner.update.
-#   benchmarks/gpu_check.sh [all|kernels|learner]     (kernels = build+checks+sanitizer+ops; learner = timing)
+#   benchmarks/gpu_check.sh [all|kernels|learner|graph]
+#     kernels = build+checks+sanitizer+ops; learner = build+graphcheck+timing; graph = the same as learner
 # Logs and JSON go to $OUT (the device tool's folder) or benchmarks/results/<utc stamp>/; a short table of
 # each stage is printed last. Exit status 1 if any stage failed.
 set -uo pipefail
@@ -46,9 +47,13 @@ if [ "$STAGE" = all ] || [ "$STAGE" = kernels ]; then
   stage ops $PY benchmarks/gpu_check.py ops --json "$OUT/ops.json"
   tail -12 "$OUT/.last"
 fi
-if [ "$STAGE" = all ] || [ "$STAGE" = learner ]; then
+if [ "$STAGE" = all ] || [ "$STAGE" = learner ] || [ "$STAGE" = graph ]; then
+  [ "$STAGE" = all ] || stage build $PY benchmarks/gpu_check.py build
+  # The CUDA-graph Learner against the eager CUDA Learner (same seed, same samples), then the timing table.
+  stage graphcheck $PY benchmarks/gpu_check.py graphcheck --json "$OUT/graphcheck.json" --T 8 --B 128
+  tail -25 "$OUT/.last"
   stage learner $PY benchmarks/gpu_check.py learner --json "$OUT/learner.json" --preset phase4_3 --T 8 --B 128
-  tail -9 "$OUT/.last"
+  tail -14 "$OUT/.last"
 fi
 rm -f "$OUT/.last"
 if [ ${#failed[@]} -gt 0 ]; then

@@ -203,6 +203,7 @@ class GraphUpdate:
         self.lrn, self.capture = lrn, capture
         self.shapes: dict[tuple[int, int], _Static] = {}
         self.captures = 0
+        self._stream: torch.cuda.Stream | None = None  # warm-up and capture share it (lazy cuBLAS state)
 
     def reset(self) -> None:
         self.shapes.clear()
@@ -237,14 +238,16 @@ class GraphUpdate:
     def _warm_up_and_capture(self, st: _Static) -> torch.Tensor:
         # The warm-up runs on a side stream (as torch.cuda.graphs asks: lazy inits must not be captured) and
         # is this update's real step; the capture only records kernels, it changes nothing.
-        side = torch.cuda.Stream(self.lrn.device)
+        if self._stream is None:
+            self._stream = torch.cuda.Stream(self.lrn.device)
+        side = self._stream
         side.wait_stream(torch.cuda.current_stream(self.lrn.device))
         with torch.cuda.stream(side):
             st.keys, values = self._body(st)
         torch.cuda.current_stream(self.lrn.device).wait_stream(side)
         values = values.clone()  # the capture's allocations must not reuse this block while we still read it
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
+        with torch.cuda.graph(graph, stream=side):
             keys, st.values = self._body(st)
         if keys != st.keys:
             raise RuntimeError(f"captured update produced diag keys {keys}, the warm-up {st.keys}")
