@@ -95,6 +95,14 @@ def _parse_lines(path: Path, data: bytes) -> tuple[list[dict], int]:
     return records, end
 
 
+def _line_end(data: bytes, n: int) -> int:
+    """Byte offset just after the first n lines of data."""
+    pos = 0
+    for _ in range(n):
+        pos = data.index(b"\n", pos) + 1
+    return pos
+
+
 def read_diag(path: str | Path) -> list[dict]:
     """Every record of a diag.jsonl, non-finite strings back to floats. A partial last line (a crashed run) is
     skipped with a warning; any other bad line raises DiagFileError naming file and line."""
@@ -160,8 +168,12 @@ class Monitor:
         baseline_diag: str | Path | None = None,
         *,
         stamp: dict | None = None,
+        resume_at: int | None = None,
     ):
-        """stamp: constant fields written into every line (code_sha, preset, fold)."""
+        """stamp: constant fields written into every line (code_sha, preset, fold). resume_at: the step of the
+        checkpoint a resumed run restarts from; diag lines after it are dropped (the run records them again)."""
+        if resume_at is not None and (isinstance(resume_at, bool) or not isinstance(resume_at, int) or resume_at < 0):
+            raise ValueError(f"resume_at={resume_at!r} must be an int >= 0 (the checkpoint's learner step)")
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.diag_path = self.run_dir / DIAG_FILE
@@ -174,29 +186,51 @@ class Monitor:
         self.decision: KillDecision | None = None
         self.exit_code: int | None = None
         self.repaired_bytes = 0
-        self._resume()
+        self.dropped_lines = 0
+        self._resume(resume_at)
         self._fd = os.open(self.diag_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
     @property
     def last_step(self) -> int:
         return self.last["step"] if self.last else 0
 
-    def _resume(self) -> None:
+    def _resume(self, resume_at: int | None) -> None:
         if not self.diag_path.exists():
+            if resume_at:
+                raise DiagFileError(
+                    f"{self.diag_path} does not exist but the run resumes at step {resume_at}: "
+                    "point --resume at the run folder that holds the checkpoint's diag.jsonl"
+                )
             return
         data = self.diag_path.read_bytes()
         records, end = _parse_lines(self.diag_path, data)
+        cut = end
         if end < len(data):  # a crash mid-write: keep every complete line, drop the torn tail
             self.repaired_bytes = len(data) - end
             _log.warning(
-                "%s: cut off a partial last line of %d bytes left by a crash; resuming after step %s",
-                self.diag_path,
-                self.repaired_bytes,
-                step_records(records)[-1]["step"] if step_records(records) else 0,
+                "%s: cutting off a partial last line of %d bytes left by a crash", self.diag_path, self.repaired_bytes
             )
+        if resume_at is not None:  # lines written after the checkpoint would be recorded again: drop them
+            keep = next((i for i, r in enumerate(records) if r.get("step", 0) > resume_at), len(records))
+            if keep < len(records):
+                cut = _line_end(data, keep)
+                self.dropped_lines = len(records) - keep
+                _log.warning(
+                    "%s: dropping %d lines after the checkpoint's step %d",
+                    self.diag_path,
+                    self.dropped_lines,
+                    resume_at,
+                )
+                records = records[:keep]
+        if cut < len(data):
             with open(self.diag_path, "r+b") as f:
-                f.truncate(end)
+                f.truncate(cut)
         steps = step_records(records)
+        if resume_at is not None and (steps[-1]["step"] if steps else 0) < resume_at:
+            raise DiagFileError(
+                f"{self.diag_path} ends at step {steps[-1]['step'] if steps else 0}, before the checkpoint's step "
+                f"{resume_at}: the diag lines in between are lost; resume from an earlier checkpoint"
+            )
         self.rules.restore(steps)
         self.last = steps[-1] if steps else None
 
@@ -278,6 +312,10 @@ class Monitor:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+
+    def __del__(self) -> None:
+        if getattr(self, "_fd", -1) >= 0:
+            self.close()
 
     def __enter__(self) -> Monitor:
         return self

@@ -97,6 +97,32 @@ def test_resume_continues_without_gaps_and_repairs_a_torn_tail(tmp_path):
     assert [r["qpa_ema"] for r in got] == [r["qpa_ema"] for r in want]  # EMA restored exactly
 
 
+def test_resume_at_a_checkpoint_drops_the_lines_after_it(tmp_path):
+    qpas = [0.3, -0.1, 0.25, 0.05, -0.2, 0.15, 0.0, 0.1]
+    ref_dir = tmp_path / "uninterrupted"
+    with Monitor(ref_dir, KILL) as ref:
+        for s, q in enumerate(qpas, 1):
+            ref.record(healthy(s, qpa=q))
+    run = tmp_path / "run"
+    with Monitor(run, KILL) as m:
+        for s, q in enumerate(qpas[:6], 1):  # checkpoint at step 4, crash after step 6
+            m.record(healthy(s, qpa=q))
+    with pytest.raises(DiagFileError, match=r"ends at step 6, before the checkpoint's step 7"):
+        Monitor(run, KILL, resume_at=7)
+    with pytest.raises(ValueError, match=r"resume_at=-1 must be an int >= 0"):
+        Monitor(run, KILL, resume_at=-1)
+    with pytest.raises(DiagFileError, match="does not exist but the run resumes at step 4"):
+        Monitor(tmp_path / "elsewhere", KILL, resume_at=4)
+    m = Monitor(run, KILL, resume_at=4)
+    assert m.dropped_lines == 2 and m.last_step == 4
+    for s, q in enumerate(qpas[4:], 5):  # the learner, restored at step 4, produces steps 5.. again
+        m.record(healthy(s, qpa=q))
+    m.close()
+    got, want = lines(run), lines(ref_dir)
+    assert [r["step"] for r in got] == list(range(1, 9))
+    assert [r["qpa_ema"] for r in got] == [r["qpa_ema"] for r in want]
+
+
 def test_bad_line_in_the_middle_is_named(tmp_path):
     with Monitor(tmp_path, KILL) as m:
         m.record(healthy(1))
