@@ -68,7 +68,8 @@ def test_consecutive_samples_continue_the_trajectories(learner):
 
 
 def test_next_step_valid_mask_and_episode_pnl(learner):
-    d = sample(make_worker(weights=learner.policy_weights()), 20)  # horizon 6: ends at t = 5, 12, 19
+    w = make_worker(weights=learner.policy_weights())
+    d = sample(w, 20)  # horizon 6: ends at t = 5, 12, 19
     ended = d["terminated"] | d["truncated"]
     assert ended[[5, 12, 19]].all() and ended.sum() == 3 * 4
     # the step after an episode end is the autoreset step: not a transition, reward 0, nothing ends there
@@ -84,6 +85,8 @@ def test_next_step_valid_mask_and_episode_pnl(learner):
     np.testing.assert_allclose(d["episode_pnl_usd"], expect, atol=1e-2)
     # pnl_usd is the equity of the episode as of obs[T]: here the episodes that just ended (reset comes next)...
     np.testing.assert_array_equal(d["pnl_usd"], d["episode_pnl_usd"][-4:])
+    nxt = sample(w, 2)  # the episodes ended on the batch's last step: the next batch opens with the autoreset
+    assert not nxt["valid"][0].any() and nxt["valid"][1].all() and (nxt["rewards"][0] == 0).all()
     d2 = sample(make_worker(weights=learner.policy_weights()), 3)
     np.testing.assert_allclose(
         d2["pnl_usd"], d2["rewards"].astype(np.float64).sum(0), atol=1e-2
