@@ -5,6 +5,8 @@ from __future__ import annotations
 import msgpack
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from actors import wire
 
@@ -188,3 +190,29 @@ def test_wire_limits_errors():
     assert errs == ["wire.max_payload_bytes=0 must be an int >= 1", "wire.max_elements=-1 must be an int >= 1"]
     with pytest.raises(ValueError, match="max_payload_bytes=0"):
         wire.PayloadDecoder(limits=wire.WireLimits(max_payload_bytes=0))
+
+
+@settings(max_examples=40, deadline=None)
+@given(T=st.integers(1, 6), B=st.integers(1, 5), D=st.integers(1, 7), E=st.integers(0, 4), seed=st.integers(0, 99))
+def test_round_trip_any_shape(T, B, D, E, seed):
+    batch = make_batch(T=T, B=B, D=D, E=E, seed=seed)
+    out = wire.decode(wire.encode(batch))
+    for key, value in batch.items():
+        np.testing.assert_array_equal(out[key], value, err_msg=key)
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data())
+def test_corrupted_payload_raises_only_wire_error(data):
+    """Any truncation or byte flip either still decodes to a consistent batch or raises WireError, never
+    another exception type that would crash the learner's receive loop."""
+    payload = bytearray(wire.encode(make_batch(T=3, B=2, D=3, E=1)))
+    cut = data.draw(st.integers(0, len(payload)))
+    flips = data.draw(st.lists(st.tuples(st.integers(0, len(payload) - 1), st.integers(0, 255)), max_size=4))
+    for pos, byte in flips:
+        payload[pos] = byte
+    try:
+        out = wire.decode(bytes(payload[:cut] if data.draw(st.booleans()) else payload))
+    except wire.WireError:
+        return
+    assert out["obs"].shape[0] == out["rewards"].shape[0] + 1
