@@ -16,6 +16,8 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any
 
+from actors.kill_rules import KillConfig
+from actors.rollout import RolloutConfig
 from learner.config import LearnerConfig
 from lobsim_env.config import MarketConfig
 
@@ -40,13 +42,17 @@ class RunConfig:
     """The limit-order-book market the agent trades in."""
     learner: LearnerConfig = field(default_factory=LearnerConfig)
     """Network sizes, losses and optimiser."""
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    """Books per rollout worker, steps per sample, torch threads."""
+    kill: KillConfig = field(default_factory=KillConfig)
+    """Thresholds of the monitor's kill rules (the seed's kill criteria by default)."""
 
     def errors(self) -> list[str]:
         errs = []
-        if not isinstance(self.seed, int) or self.seed < 0:
+        if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
             errs.append(f"seed={self.seed!r} must be an int >= 0")
-        errs += [f"market.{e}" if not e.startswith("market.") else e for e in self.market.errors()]
-        errs += [f"learner.{e}" if not e.startswith("learner.") else e for e in self.learner.errors()]
+        for name in ("market", "learner", "rollout", "kill"):
+            errs += [e if e.startswith(f"{name}.") else f"{name}.{e}" for e in getattr(self, name).errors()]
         return errs
 
     def validate(self) -> RunConfig:

@@ -31,14 +31,18 @@ def test_override_errors_are_collected_and_name_the_key_and_the_fix():
 
 
 def test_validation_collects_every_bad_value_across_sections():
-    config = apply_overrides(RunConfig(), ["seed=-1", "learner.lr=-1", "learner.hidden_dim=0"])
+    config = apply_overrides(
+        RunConfig(),
+        ["seed=-1", "learner.lr=-1", "learner.hidden_dim=0", "market.horizon=0", "rollout.num_envs=0",
+         "kill.qpa_ema_min=5"],
+    )
     with pytest.raises(ConfigError) as info:
         config.validate()
     text = str(info.value)
-    assert "seed=-1" in text
-    assert "learner.lr=-1.0" in text
-    assert "learner.hidden_dim=0" in text
-    assert len(info.value.errors) == 3
+    for bad in ("seed=-1", "learner.lr=-1.0", "learner.hidden_dim=0", "market.horizon=0", "rollout.num_envs=0",
+                "kill.qpa_ema_min=5"):
+        assert bad in text
+    assert len(info.value.errors) == 6
 
 
 def test_from_dict_rejects_unknown_keys_and_wrong_shapes():
