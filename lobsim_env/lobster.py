@@ -14,6 +14,7 @@ a timestamp without a decimal point) or raises `LobsterFormatError` naming file,
 from __future__ import annotations
 
 import re
+import time
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,13 +79,18 @@ class LobsterDay:
         return int(self.time_ns.shape[0])
 
 
-def load_day(path: str | Path, *, levels: int | None = None) -> LobsterDay:
+def load_day(
+    path: str | Path, *, levels: int | None = None, stage_seconds: dict[str, float] | None = None
+) -> LobsterDay:
     """Load a LOBSTER sample zip, or a message CSV (its orderbook CSV beside it is used when present).
 
     `levels` defaults to the depth in the file name; a smaller value keeps only the top `levels` of the
     orderbook (the replay then treats messages beyond that depth as invisible). Raises LobsterFormatError
-    for anything malformed, FileNotFoundError for a missing path.
+    for anything malformed, FileNotFoundError for a missing path. `stage_seconds`, when given, receives the
+    wall-clock seconds of each stage (LOAD_STAGES), added to any value already there: a profile of this very
+    code path, for lobsim_env.replay.profile.
     """
+    lap = _Laps(stage_seconds)
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such file; pass a LOBSTER zip or a *_message_<L>.csv file")
@@ -99,6 +105,7 @@ def load_day(path: str | Path, *, levels: int | None = None) -> LobsterDay:
             ob_name, ob_text = ob_path.name, ob_path.read_bytes()
     else:
         raise LobsterFormatError(f"{path}: expected a LOBSTER .zip or a *_message_<L>.csv file")
+    lap("read")
     meta = _name_fields(msg_name, "message", where=str(path))
     file_levels = int(meta["levels"])
     if levels is None:
@@ -110,14 +117,18 @@ def load_day(path: str | Path, *, levels: int | None = None) -> LobsterDay:
     label = _label(path, msg_name)
     cols = _parse_messages(msg_text, label)
     time_ns, event_type, order_id, size, price, direction = cols
+    lap("parse_messages")
     _validate_messages(label, time_ns, event_type, order_id, size, price, direction)
+    lap("validate_messages")
     book = None
     if ob_text is not None:
         ob_label = _label(path, ob_name)
         book = _parse_table(ob_text, 4 * file_levels, ob_label, time_ns.shape[0])
+        lap("parse_orderbook")
         _validate_book(ob_label, book, file_levels)
         if levels < file_levels:
             book = np.ascontiguousarray(book[:, : 4 * levels])
+        lap("validate_orderbook")
     return LobsterDay(
         ticker=meta["ticker"],
         date=meta["date"],
@@ -131,6 +142,24 @@ def load_day(path: str | Path, *, levels: int | None = None) -> LobsterDay:
         book=book,
         source=path,
     )
+
+
+LOAD_STAGES = ("read", "parse_messages", "validate_messages", "parse_orderbook", "validate_orderbook")
+"""load_day's stages, in order: read (file, or zip member with inflate and CRC check), parse (text to
+integers), validate (the rules of docs/lobster.md). The orderbook stages are absent without an orderbook."""
+
+
+class _Laps:
+    """Adds the seconds since the previous lap to `into[name]`; does nothing when `into` is None."""
+
+    def __init__(self, into: dict[str, float] | None) -> None:
+        self.into, self.last = into, time.perf_counter()
+
+    def __call__(self, name: str) -> None:
+        if self.into is not None:
+            now = time.perf_counter()
+            self.into[name] = self.into.get(name, 0.0) + now - self.last
+            self.last = now
 
 
 def _label(path: Path, member: str) -> str:

@@ -22,8 +22,11 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import struct
 import sys
 import time
+import zipfile
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -366,6 +369,54 @@ def throughput(path: str | Path, *, repeats: int = 3) -> float:
     return statistics.median(rates)
 
 
+def profile(path: str | Path, *, repeats: int = 5) -> dict[str, float]:
+    """Median seconds of each stage of load_day + replay on `path`, over `repeats` runs (one thread).
+
+    Keys: lobster.LOAD_STAGES (timed inside load_day itself), "replay", "total" (load_day + replay, timed
+    whole), and for a zip "inflate": zlib alone on the members' compressed bytes, without zipfile's CRC
+    check, the floor under the "read" stage. Shares between stages of one run are steadier than absolute
+    times on a shared machine."""
+    runs: list[dict[str, float]] = []
+    for _ in range(max(1, repeats)):
+        stages: dict[str, float] = {}
+        t0 = time.perf_counter()
+        day = load_day(path, stage_seconds=stages)
+        t1 = time.perf_counter()
+        replay(day)
+        t2 = time.perf_counter()
+        stages["replay"], stages["total"] = t2 - t1, t2 - t0
+        if Path(path).suffix.lower() == ".zip":
+            stages["inflate"] = _inflate_seconds(Path(path))
+        runs.append(stages)
+    return {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+
+
+def _inflate_seconds(path: Path) -> float:
+    """Seconds zlib takes to inflate every deflated member of the zip, and nothing else."""
+    raw = path.read_bytes()
+    with zipfile.ZipFile(path) as zf:
+        members = [i for i in zf.infolist() if i.compress_type == zipfile.ZIP_DEFLATED]
+    streams = []
+    for info in members:
+        # The local header (30 bytes, then name and extra field) precedes the compressed stream.
+        name_len, extra_len = struct.unpack("<HH", raw[info.header_offset + 26 : info.header_offset + 30])
+        start = info.header_offset + 30 + name_len + extra_len
+        streams.append(raw[start : start + info.compress_size])
+    t0 = time.perf_counter()
+    for stream in streams:
+        zlib.decompress(stream, -15)
+    return time.perf_counter() - t0
+
+
+def _profile_report(stages: dict[str, float], n_messages: int) -> str:
+    total = stages["total"]
+    lines = [f"{'stage':<20}{'ms':>9}{'share':>8}"]
+    for name, seconds in stages.items():
+        lines.append(f"{name:<20}{seconds * 1e3:9.1f}{seconds / total:8.1%}")
+    lines.append(f"messages/s (median total): {n_messages / total:,.0f}")
+    return "\n".join(lines)
+
+
 def _report(rep: CheckReport) -> str:
     pct = 100.0 / max(rep.rows, 1)
     lines = [
@@ -391,6 +442,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("path", help="a LOBSTER zip, or a *_message_<L>.csv with its orderbook CSV beside it")
     parser.add_argument("--check", action="store_true", help="print match statistics against the orderbook")
     parser.add_argument("--levels", type=int, default=None, help="replay only the top LEVELS levels")
+    parser.add_argument(
+        "--profile", type=int, default=0, metavar="N", help="also print the median time of each stage over N runs"
+    )
     args = parser.parse_args(argv)
     try:
         t0 = time.perf_counter()
@@ -404,6 +458,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{day.ticker} {day.date} levels={day.levels}: {day.n_messages} messages in {seconds:.3f} s "
         f"(load + replay): {day.n_messages / seconds:,.0f} messages/s"
     )
+    if args.profile > 0:
+        print(_profile_report(profile(args.path, repeats=args.profile), day.n_messages))
     if not args.check:
         return 0
     rep = check(day, result)

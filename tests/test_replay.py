@@ -10,7 +10,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lobsim_env.lobster import DUMMY_ASK_PRICE, DUMMY_BID_PRICE, LobsterDay, LobsterFormatError, load_day
+from lobsim_env.lobster import (
+    DUMMY_ASK_PRICE,
+    DUMMY_BID_PRICE,
+    LOAD_STAGES,
+    LobsterDay,
+    LobsterFormatError,
+    load_day,
+)
 from lobsim_env.replay import (
     BEYOND_DEPTH,
     INCONSISTENT,
@@ -24,6 +31,7 @@ from lobsim_env.replay import (
     check,
     main,
     opening_book,
+    profile,
     replay,
     replay_sequential,
 )
@@ -233,6 +241,29 @@ def test_cli_runs_as_a_module() -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert "49482 messages" in proc.stdout and "exception revealed_level: 11207 rows" in proc.stdout
+
+
+# -------------------------------------------------------------------------------------------- the profile
+
+
+@needs_data
+def test_profile_times_every_stage_of_one_load_and_replay(capsys: pytest.CaptureFixture[str]) -> None:
+    path = DATA / "LOBSTER_SampleFile_GOOG_2012-06-21_1.zip"
+    stages = profile(path, repeats=1)
+    assert list(stages) == [*LOAD_STAGES, "replay", "total", "inflate"]
+    assert all(v > 0 for v in stages.values())
+    # One run: the stages are laps of the clock that times the total, so they add up to at most it.
+    assert sum(stages[k] for k in (*LOAD_STAGES, "replay")) <= stages["total"]
+    assert main([str(path), "--profile", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "parse_orderbook" in out and "inflate" in out and "messages/s (median total)" in out
+
+
+def test_stage_seconds_without_an_orderbook(tmp_path: Path) -> None:
+    stages = {"read": 1.0}
+    load_day(write_day(tmp_path, MESSAGES, None), stage_seconds=stages)
+    assert list(stages) == ["read", "parse_messages", "validate_messages"]
+    assert stages["read"] > 1.0  # added to what was there, so repeated loads accumulate
 
 
 # ----------------------------------------------------------------------- random days from a full-depth book
