@@ -39,6 +39,8 @@ HEALTHY = "__healthy__"
 """Key of the device-side healthy flag in a diag stack (read, then removed, by the Learner)."""
 
 ROLLOUT_FIELDS = ("obs", "actions", "rewards", "terminated", "truncated", "behaviour_logp", "valid")
+MAX_SHAPES = 4
+"""Rollout shapes (T, B) kept captured at once; the least recently used is dropped (each holds a memory pool)."""
 
 
 # ---------------------------------------------------------------------------------------------- the guard
@@ -211,9 +213,12 @@ class GraphUpdate:
     def run(self, ro: Rollout, inject_nan: bool) -> tuple[list[str], torch.Tensor]:
         lrn = self.lrn
         t_len, b = ro.rewards.shape
-        st = self.shapes.get((t_len, b))
+        st = self.shapes.pop((t_len, b), None)
         if st is None:
-            st = self.shapes[(t_len, b)] = _Static(lrn, t_len, b)
+            if len(self.shapes) >= MAX_SHAPES:
+                self.shapes.pop(next(iter(self.shapes)))
+            st = _Static(lrn, t_len, b)
+        self.shapes[(t_len, b)] = st  # re-inserted: the dict's order is least recently used first
         for k in ROLLOUT_FIELDS:
             st.ro[k].copy_(getattr(ro, k), non_blocking=True)
         # What ReplayBuffer.sample and Learner._q_losses draw, in that order, on the same generators.

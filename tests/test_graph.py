@@ -220,3 +220,17 @@ def test_cuda_graph_flag_is_validated_and_not_part_of_a_checkpoints_identity():
     dst.load_state_dict(torch.load(buf, weights_only=True))
     assert torch.equal(dst.main.flat, src.main.flat) and dst.step == 1
     assert dst.graph is None  # CPU: the flag has no effect
+
+
+def test_graph_body_keeps_one_buffer_set_per_rollout_shape_and_a_load_drops_them():
+    lrn = _device_guarded(Learner(_cfg(), obs_dim=OBS, n_actions=N))
+    lrn.graph = G.GraphUpdate(lrn, capture=False)
+    rng = np.random.default_rng(13)
+    shapes = [(6, 4), (3, 8), (6, 4), (2, 5), (4, 4), (5, 3), (3, 8)]
+    for t_len, b in shapes:
+        d = lrn.update(_rollout(rng, t_len=t_len, b=b))
+        assert d[D.Q_TRAINED] == 1.0 and math.isfinite(d[D.L_PI])
+    # at most MAX_SHAPES kept, least recently used dropped first: (6, 4) went, the last one used is last
+    assert list(lrn.graph.shapes) == [(2, 5), (4, 4), (5, 3), (3, 8)]
+    lrn.load_state_dict(lrn.state_dict())
+    assert not lrn.graph.shapes
