@@ -233,11 +233,14 @@ def _fast_ints(text: bytes, ncols: int, nrows: int, *, saturation: bool = True) 
     the text to the slow path, which names them; without it the caller's range checks must reject them."""
     if nrows == 0:
         return np.zeros((0, ncols), np.int64)
-    try:
-        flat = np.fromstring(text.replace(b"\n", _SENTINEL_TEXT), dtype=np.int64, sep=",")
-    except ValueError:
+    text = text.replace(b"\n", _SENTINEL_TEXT)
+    # Every value, the sentinel included, is now followed by exactly one comma: if the commas are as many as
+    # the values expected, np.fromstring can be told the count (see _read_exactly).
+    count = nrows * (ncols + 1)
+    if np.count_nonzero(np.frombuffer(text, np.uint8) == ord(",")) != count:
         return None
-    if flat.size != nrows * (ncols + 1):
+    flat = _read_exactly(text, count)
+    if flat is None:
         return None
     table = flat.reshape(nrows, ncols + 1)
     if not (table[:, ncols] == _SENTINEL).all():
@@ -246,6 +249,20 @@ def _fast_ints(text: bytes, ncols: int, nrows: int, *, saturation: bool = True) 
     if saturation and ((values == _INT64_LIMITS[0]).any() or (values == _INT64_LIMITS[1]).any()):
         return None
     return values
+
+
+def _read_exactly(text: bytes, count: int) -> np.ndarray | None:
+    """np.fromstring(sep=",") of a text holding exactly `count` comma-terminated values; None if one of them
+    is not an integer.
+
+    With the count it allocates once instead of growing its output as it reads (a quarter to a third of its
+    time on an orderbook file). The caller must have counted: given a count larger than the text holds,
+    np.fromstring returns uninitialised memory for the rest without an error; given a smaller one it stops
+    early. A value that does not parse raises (-> None) before either can happen."""
+    try:
+        return np.fromstring(text, dtype=np.int64, count=count, sep=",")
+    except ValueError:
+        return None
 
 
 def _parse_table(text: bytes, ncols: int, label: str, nrows: int) -> np.ndarray:
@@ -306,12 +323,10 @@ def _fast_messages(text: bytes, starts: np.ndarray, ends: np.ndarray) -> tuple[n
     frac_digits = commas[:, 0] - dots - 1
     if frac_digits.max() > _MAX_DECIMALS:
         return None
-    # The positions above pin every line to `S.F,t,i,s,p,d`: seven fields once '.' and '\n' read ','.
-    try:
-        values = np.fromstring(text.translate(_TIME_AND_LINES_TO_COMMAS), dtype=np.int64, sep=",")
-    except ValueError:
-        return None
-    if values.size != 7 * m:
+    # The positions above pin every line to `S.F,t,i,s,p,d`: seven fields once '.' and '\n' read ',', each
+    # followed by one comma (the text ends in a newline), so the count is known.
+    values = _read_exactly(text.translate(_TIME_AND_LINES_TO_COMMAS), 7 * m)
+    if values is None:
         return None
     values = values.reshape(m, 7)
     if (values == _INT64_LIMITS[0]).any() or (values == _INT64_LIMITS[1]).any():

@@ -192,6 +192,28 @@ def test_malformed_orderbook_row_is_named(tmp_path: Path, line: str, error: str)
     assert f"{STEM}_orderbook_2.csv" in str(info.value)
 
 
+LAST_ROW = "5801000,50,5799000,20,5802300,100,5798000"  # BOOK's row 4 without its last field
+
+
+@pytest.mark.parametrize(
+    ("line", "error"),
+    [
+        (LAST_ROW, r"row 4 has 7 columns, expected 8"),
+        (LAST_ROW + ",30,5", r"row 4 has 9 columns, expected 8"),
+        ("5801000,50,,20,5802300,100,5798000,30", r"row 4, column 3: value ''"),
+    ],
+)
+def test_malformed_last_orderbook_row_after_a_good_load(tmp_path: Path, line: str, error: str) -> None:
+    # The fast parser tells np.fromstring how many values to read, and np.fromstring fills a short text's
+    # remainder with whatever memory it got, e.g. the same-sized book freed by the load before: a row
+    # missing at the end must still be named, never read from that memory.
+    good = tmp_path / "good"
+    good.mkdir()
+    load_day(write_day(good, MESSAGES, BOOK))
+    with pytest.raises(LobsterFormatError, match=error):
+        load_day(write_day(tmp_path, MESSAGES, replaced(BOOK, 4, line)))
+
+
 def test_row_count_mismatch(tmp_path: Path) -> None:
     with pytest.raises(LobsterFormatError, match=r"3 rows but the message file has 4"):
         load_day(write_day(tmp_path, MESSAGES, BOOK[:3]))
