@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import numbers
 
+import numpy as np
 import torch
 
 from learner import diag as D
@@ -105,10 +107,12 @@ class Learner:
     ):
         errs = cfg.errors()
         for name, v, lo in (("obs_dim", obs_dim, 1), ("n_actions", n_actions, 2), ("seed", seed, 0)):
-            if not isinstance(v, int) or isinstance(v, bool) or v < lo:
+            # numpy integers are welcome (gymnasium's Discrete.n is numpy's int64); bools and floats are not
+            if not isinstance(v, numbers.Integral) or isinstance(v, bool | np.bool_) or v < lo:
                 errs.append(f"{name}={v!r} must be an int >= {lo}")
         if errs:
             raise ValueError("cannot build Learner:\n  " + "\n  ".join(errs))
+        obs_dim, n_actions, seed = int(obs_dim), int(n_actions), int(seed)
         self.cfg, self.obs_dim, self.n_actions = cfg, obs_dim, n_actions
         self.device = torch.device(device)
         on_cuda = self.device.type == "cuda"

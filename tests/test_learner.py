@@ -188,6 +188,14 @@ def test_bad_learner_arguments_are_reported_together():
         Learner(_cfg(lr=-1.0), obs_dim=0, n_actions=1)
     msg = str(e.value)
     assert "learner.lr=-1.0 must be > 0" in msg and "obs_dim=0" in msg and "n_actions=1" in msg
+    with pytest.raises(ValueError, match=r"n_actions=2\.0 must be an int"):
+        Learner(_cfg(), obs_dim=4, n_actions=2.0)
+
+
+def test_numpy_integer_sizes_are_accepted_as_gymnasium_gives_them():
+    lrn = Learner(_cfg(), obs_dim=np.int64(4), n_actions=np.int64(3), seed=np.int64(1))
+    assert (type(lrn.obs_dim), type(lrn.n_actions)) == (int, int)
+    assert (lrn.obs_dim, lrn.n_actions) == (4, 3)
 
 
 def _bandit_rollout(pol, rng, gen, t_len=8, b=16, version=0):
