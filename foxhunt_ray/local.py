@@ -1,9 +1,12 @@
-"""`python -m foxhunt_ray.local`: the main job on one machine.
+"""`python -m foxhunt_ray.local`: train on this machine, Ray in-process (or `--serial`: no Ray at all).
 
-Until the Ray actor/learner system lands, this runs the market demo: the synthetic limit-order-book market with
-its planted signal, and the reference policies scored on the very same seeded episodes (flat, random, the
-order-book-imbalance heuristic, and the oracle that reads the latent regime). These are the yardsticks that a
-trained agent is measured against.
+The defaults (preset plan_a_v2 on the synthetic market, 300 updates, 2 rollout workers) finish in a few minutes
+on a 2-core laptop CPU and use a GPU for the learner when there is one. Flags: foxhunt_ray.driver
+(`--help`); docs/running.md walks through a run, its folder, resume and the exit codes.
+
+`python -m foxhunt_ray.local --demo [--episodes N] [--seed S] [--set K=V]` prints the market's yardsticks
+instead: the reference policies (flat, random, order-book imbalance, the oracle that reads the latent regime)
+scored on the very same seeded episodes, which a trained agent is measured against.
 """
 
 from __future__ import annotations
@@ -12,27 +15,32 @@ import argparse
 import sys
 import time
 
+from foxhunt_ray import driver
 from foxhunt_ray.config import ConfigError, RunConfig, apply_overrides
-from lobsim_env.baselines import POLICIES, evaluate_policy
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m foxhunt_ray.local", description=__doc__.splitlines()[0])
-    parser.add_argument("--episodes", type=int, default=64, help="episodes per policy (one book each)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the episodes (the same for every policy)")
-    parser.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="config override, e.g. --set market.synthetic.signal_strength=0.5 (repeatable)",
-    )
-    return parser.parse_args(argv)
+def _ray_init() -> None:
+    import ray
+
+    ray.init()  # a local cluster in this process's session: all cores, the dashboard when ray[default] has it
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if "--demo" in argv:
+        return demo([a for a in argv if a != "--demo"])
+    return driver.main(argv, prog="python -m foxhunt_ray.local", ray_init=_ray_init)
+
+
+def demo(argv: list[str]) -> int:
+    """The baselines table of the synthetic market."""
+    from lobsim_env.baselines import POLICIES, evaluate_policy
+
+    parser = argparse.ArgumentParser(prog="python -m foxhunt_ray.local --demo")
+    parser.add_argument("--episodes", type=int, default=64, help="episodes per policy (one book each)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the episodes (the same for every policy)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    args = parser.parse_args(argv)
     errors = [f"--episodes={args.episodes} must be >= 1"] if args.episodes < 1 else []
     try:
         config = apply_overrides(RunConfig(seed=args.seed), args.overrides)

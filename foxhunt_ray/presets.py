@@ -1,4 +1,4 @@
-"""Named learner configs (DESIGN.md, Presets). `preset(name)` returns the LearnerConfig of each.
+"""Named configs (DESIGN.md, Presets): `run_preset(name)` is the full RunConfig, `preset(name)` its LearnerConfig.
 
 plan_a_v2 is the production baseline the seed protected through ten failed cluster runs; phase4_2 and
 phase4_3 differ from it ONLY in dueling_mode, so a comparison between them measures the dueling head alone.
@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import dataclasses
 
+from actors.rollout import RolloutConfig
+from foxhunt_ray.config import RunConfig
 from learner.config import LearnerConfig
+from lobsim_env.config import MarketConfig
 
 _PLAN_A_V2 = LearnerConfig(hidden_dim=512, dueling_mode="off")
 
@@ -41,3 +44,23 @@ def preset(name: str) -> LearnerConfig:
     if name not in _PRESETS:
         raise ValueError(f"unknown preset {name!r}; valid presets: {list(PRESET_NAMES)}")
     return _PRESETS[name]
+
+
+# Full run configs. smoke is sized so that a serial run of a few hundred updates takes seconds on a 2-core CPU:
+# 4 books x 16 steps per batch and short episodes (so pnl_cum_usd moves within a smoke run).
+_RUN_PRESETS: dict[str, RunConfig] = {
+    name: RunConfig(preset=name, learner=cfg) for name, cfg in _PRESETS.items() if name != "smoke"
+}
+_RUN_PRESETS["smoke"] = RunConfig(
+    preset="smoke",
+    market=MarketConfig(horizon=200),
+    learner=_PRESETS["smoke"],
+    rollout=RolloutConfig(num_envs=4, steps_per_sample=16),
+)
+
+
+def run_preset(name: str) -> RunConfig:
+    """The full RunConfig (market, learner, rollout, kill) of preset `name`; ValueError listing names otherwise."""
+    if name not in _RUN_PRESETS:
+        raise ValueError(f"unknown preset {name!r}; valid presets: {list(PRESET_NAMES)}")
+    return _RUN_PRESETS[name]

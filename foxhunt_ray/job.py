@@ -1,0 +1,28 @@
+"""`python -m foxhunt_ray.job`: the same run as foxhunt_ray.local, on an existing Ray cluster.
+
+    ray job submit --address http://127.0.0.1:8265 --working-dir . -- python -m foxhunt_ray.job --preset phase4_3
+
+connects with ray.init(address="auto") (the job's RAY_ADDRESS), runs the driver here (the run folder is written
+on the node that runs the job: the head) and the actors wherever the cluster places them. Flags: the driver's
+(`--help`). The upload carries no .git, so code_sha is the content hash (foxhunt_ray.provenance).
+"""
+
+from __future__ import annotations
+
+import sys
+
+from foxhunt_ray import driver
+
+
+def _ray_init() -> None:
+    import ray
+
+    ray.init(address="auto")
+
+
+def main(argv: list[str] | None = None) -> int:
+    return driver.main(argv, prog="python -m foxhunt_ray.job", ray_init=_ray_init)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
