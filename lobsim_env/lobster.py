@@ -475,7 +475,7 @@ def _secs(ns: int) -> str:
 
 
 def _validate_book(label: str, book: np.ndarray, levels: int) -> None:
-    """Every check is one or two passes over [M, levels] arrays; rows are located only on failure."""
+    """Every check is one or two passes over [M, levels] strided views; rows are located only on failure."""
 
     def fail(bad: np.ndarray, first_col: int, expected: str) -> None:
         if not bad.any():
@@ -491,8 +491,7 @@ def _validate_book(label: str, book: np.ndarray, levels: int) -> None:
         )
 
     for side, dummy in ((0, DUMMY_ASK_PRICE), (2, DUMMY_BID_PRICE)):
-        # Contiguous copies: the dozen passes below run about 3x faster than on the interleaved columns.
-        p, s = np.ascontiguousarray(book[:, side::4]), np.ascontiguousarray(book[:, side + 1 :: 4])
+        p, s = book[:, side::4], book[:, side + 1 :: 4]
         empty = p == dummy
         # One unsigned compare keeps real prices in [TICK, DUMMY_ASK_PRICE) (negatives wrap to huge).
         off_grid = ((p - TICK).view(np.uint64) >= np.uint64(DUMMY_ASK_PRICE - TICK)) | (p % TICK != 0)
