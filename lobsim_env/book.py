@@ -135,6 +135,16 @@ def apply_event(
     B = book.n_books
     rows2 = np.arange(B) * 2
     etype = np.asarray(etype, np.int64)
+    size = np.asarray(size, np.int64)
+    if etype.shape != (B,) or ((etype < 0) | (etype >= len(_EVENT_KIND))).any():
+        raise ValueError(f"etype must be [{B}] event codes in 0..{len(_EVENT_KIND) - 1}; got {etype!r}")
+    sized = (_EVENT_KIND[etype] == 1) | (_EVENT_KIND[etype] == 2)
+    if (sized & (size < 1)).any():
+        bad = int(np.flatnonzero(sized & (size < 1))[0])
+        raise ValueError(
+            f"size[{bad}]={int(size[bad])} for a limit or market order: sizes must be >= 1 "
+            "(an empty order would move the best quote to an empty level)"
+        )
     side = _EVENT_SIDE[etype]
     kind = _EVENT_KIND[etype]
     best_flat = book.best.reshape(-1)
@@ -152,7 +162,7 @@ def apply_event(
         kind == 2,
         kind == 3,
         lvl,
-        np.asarray(size, np.int64),
+        size,
         np.asarray(cancel_u, np.int64),
         gate,
     )

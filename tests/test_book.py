@@ -48,6 +48,22 @@ def test_limit_improves_and_joins():
     assert b.depth[0, 0, ba] == 0 and b.best[0, 0] == bb
 
 
+@pytest.mark.parametrize("etype", [bk.LIMIT_ASK, bk.MARKET_BUY])
+@pytest.mark.parametrize("size", [0, -1])
+def test_empty_or_negative_orders_are_refused_and_change_nothing(etype, size):
+    b = fresh(2)
+    before = (b.depth.copy(), b.best.copy())
+    with pytest.raises(ValueError, match=rf"size\[1\]={size} .*must be >= 1"):
+        bk.apply_event(b, np.array([bk.NONE, etype]), np.array([0, b.best[1, 1] - 1]), np.array([1, size]),
+                       np.zeros(2, np.int64))
+    assert np.array_equal(b.depth, before[0]) and np.array_equal(b.best, before[1])
+
+
+def test_unknown_event_codes_are_refused():
+    with pytest.raises(ValueError, match="event codes"):
+        bk.apply_event(fresh(), *one(99)[:4])
+
+
 def test_market_takes_best_only_and_moves_quote():
     b = fresh(depth=2)
     bb = b.best[0, 0]
