@@ -3,13 +3,13 @@
 On the H200 a `Learner.update` kept the GPU busy ~2.5 ms out of 10-17 ms: the rest was ~420 kernel launches
 from Python and ~12 host syncs. Three changes remove that overhead without changing what is learned:
 
-1. `guarded_step`: ONE backward of `loss + l_dueling` (h is detached, so the two graphs are disjoint and every
-   gradient is bit-identical to two backwards), then always clip and step, and undo with `torch.where`
-   against a snapshot of parameters, Adam state and targets when the step was not healthy. The healthy flag
-   stays on the device; the caller reads it with the diag dict at its one host sync.
-2. `policy_losses_masked`: the on-policy losses over all T*B rows with the valid mask as weights, instead of
-   indexing the valid rows (whose count changes per rollout): every shape is fixed by (T, B), so one graph
-   serves every rollout of that shape. Same maths as Learner._policy_losses; reductions in another order.
+1. `guarded_step`: the shared backward (Learner._backward: ONE backward of `loss + l_dueling`, bit-identical
+   to two since h is detached, grad norms, finite check), then always clip and step, and undo with
+   `torch.where` against a snapshot of parameters, Adam state and targets when the step was not healthy.
+   The healthy flag stays on the device; the caller reads it with the diag dict at its one host sync.
+2. The on-policy losses (Learner._policy_losses, the eager path's own code) run over all T*B rows with the
+   valid mask as row mask, never indexing the valid rows (whose count changes per rollout): every shape is
+   fixed by (T, B), so one graph serves every rollout of that shape.
 3. `GraphUpdate`: static input buffers (rollout, replay indices, IQN taus, loss scale) and the whole device
    side (replay gather, forward, losses, backward, clipping, fused capturable Adam, guard, Polyak, diag
    stack) captured once per rollout shape and replayed. The random draws stay outside the graph, three
@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING
 import torch
 
 from learner import diag as D
-from learner import losses as L
 from learner import ops
 
 if TYPE_CHECKING:
@@ -68,26 +67,16 @@ def _restore_unless(healthy: torch.Tensor, p: _Trainable, snap) -> None:
 
 
 def guarded_step(lrn: Learner, loss: torch.Tensor, l_dueling: torch.Tensor | None, out: dict) -> torch.Tensor:
-    """Backward, clip, Adam, Polyak; everything undone on the device unless finite. Returns healthy (bool [])."""
-    parts = [lrn.main] if lrn.dueling is None else [lrn.main, lrn.dueling]
-    for p in parts:
-        p.grad.zero_()
-    duel = l_dueling is not None and lrn.dueling is not None
-    (loss + l_dueling if duel else loss).backward()  # disjoint graphs (h detached): grads as two backwards
-    for name, sl in lrn.groups.items():
-        out[D.grad_norm_key(name)] = lrn.main.grad[sl].norm()
-    out[D.grad_norm_key("total")] = lrn.main.grad.norm()
-    if lrn.dueling is not None:
-        out[D.grad_norm_key("dueling")] = lrn.dueling.grad.norm()
-    healthy = torch.isfinite(loss)
-    if l_dueling is not None:
-        healthy = healthy & torch.isfinite(l_dueling)
-    for p in parts:
-        healthy = healthy & torch.isfinite(p.grad).all()
+    """Device guard: backward, then ALWAYS clip, Adam, Polyak, and undo it all on the device with torch.where
+    unless the losses, gradients and new parameters are finite. Returns healthy (bool [], on the device).
+
+    The backward (and grad norms, and the pre-step healthy flag) is the host guard's, Learner._backward;
+    only the policy differs: the host guard syncs and skips, this one never syncs, so a graph can capture it.
+    """
+    parts = lrn._parts()
+    healthy = lrn._backward(loss, l_dueling, out)
     snaps = [_snapshot(p) for p in parts]
-    for p in parts:  # each network is clipped on its own norm: a global norm would couple them
-        torch.nn.utils.clip_grad_norm_([p.flat], p.clip)
-        p.opt.step()
+    lrn._clip_and_step()
     for p in parts:
         healthy = healthy & torch.isfinite(p.flat).all()
     for p in parts:
@@ -95,74 +84,6 @@ def guarded_step(lrn: Learner, loss: torch.Tensor, l_dueling: torch.Tensor | Non
     for p, snap in zip(parts, snaps, strict=True):
         _restore_unless(healthy, p, snap)
     return healthy
-
-
-# ------------------------------------------------------------------------------------ masked policy losses
-
-
-def policy_losses_masked(lrn: Learner, ro: dict[str, torch.Tensor], out: dict) -> tuple[torch.Tensor, ...]:
-    """Learner._policy_losses over all T*B rows, the invalid ones weighted 0: (l_pi, entropy, l_distill, l_v).
-
-    Invalid rows get action 0 and a behaviour log-prob equal to pi's own (ratio exactly 1), so nothing
-    computed on them can overflow: torch.where passes a zero gradient, but 0 * inf would still be NaN.
-    """
-    cfg = lrn.cfg
-    t_len, b = ro["rewards"].shape
-    tb = t_len * b
-    valid = ro["valid"].reshape(-1)
-    n = valid.sum().to(ro["rewards"].dtype)
-
-    def mean(x: torch.Tensor) -> torch.Tensor:  # mean over the valid rows (and any trailing dims)
-        mask = valid.view(-1, *([1] * (x.ndim - 1)))
-        return torch.where(mask, x, 0.0).sum() / (n * (x.numel() // tb))
-
-    h_all = lrn.net.encoder(ro["obs"].reshape(-1, lrn.obs_dim))
-    h_t = h_all[:tb]
-    v_all = lrn.net.value(h_all)
-    logits = lrn.net.pi(h_t)
-    with torch.no_grad():
-        q_ens = lrn.net.q_ens(h_t, lrn.support, cfg.ensemble_w, cfg.iqn_taus)
-        baseline = v_all
-        if lrn.dueling is not None:
-            v_dq_all = lrn.dueling.net(h_all.detach())[0]
-            out[D.V_DQ_MEAN] = mean(v_dq_all[:tb])
-            if cfg.dueling_mode == "baseline":
-                baseline = v_dq_all
-        adv, ret = L.gae(
-            ro["rewards"] * cfg.reward_scale,
-            baseline[:tb].view(t_len, b),
-            baseline[b:].view(t_len, b),
-            ro["terminated"],
-            ro["terminated"] | ro["truncated"],
-            cfg.gamma,
-            cfg.gae_lambda,
-        )
-        adv = adv.reshape(-1)
-        out[D.ADV_MEAN] = adv_mean = mean(adv)
-        if cfg.normalize_advantages:  # the eager path skips a single valid step: std 0 would zero it
-            std = mean((adv - adv_mean).pow(2)).sqrt()
-            adv = torch.where(n > 1, (adv - adv_mean) / (std + 1e-8), adv)
-    logp_all = torch.log_softmax(logits, dim=-1)
-    actions = torch.where(ro["valid"], ro["actions"], 0).reshape(-1, 1)
-    logp = logp_all.gather(-1, actions).squeeze(-1)
-    behaviour = torch.where(valid, ro["behaviour_logp"].reshape(-1), logp.detach())
-    log_ratio = logp - behaviour
-    ratio = log_ratio.exp()
-    surrogate = torch.min(ratio * adv, ratio.clamp(1.0 - cfg.ppo_clip, 1.0 + cfg.ppo_clip) * adv)
-    l_pi = -mean(surrogate)
-    with torch.no_grad():
-        out[D.APPROX_KL] = mean((ratio - 1.0) - log_ratio)
-        out[D.CLIP_FRAC] = mean(((ratio - 1.0).abs() > cfg.ppo_clip).to(ratio.dtype))
-    ent = mean(-(logp_all.exp() * logp_all).sum(-1))
-    q_teacher = -q_ens if cfg.flip_distill_sign else q_ens
-    log_q = torch.log_softmax(q_teacher / cfg.distill_temperature, dim=-1)
-    l_distill = mean((log_q.exp() * (log_q - logp_all)).sum(-1))
-    v_t = v_all[:tb]
-    l_v = mean((v_t - ret.reshape(-1)).pow(2))
-    out[D.QPA] = mean(D.qpa_rows(q_ens, logp_all.detach()))
-    out[D.V_SCALAR_MEAN] = mean(v_t.detach())
-    out[D.Q_ENS_MEAN] = mean(q_ens)
-    return l_pi, ent, l_distill, l_v
 
 
 # ------------------------------------------------------------------------------------- the captured update
@@ -263,7 +184,7 @@ class GraphUpdate:
     def _body(self, st: _Static) -> tuple[list[str], torch.Tensor]:
         lrn, cfg = self.lrn, self.lrn.cfg
         out: dict[str, torch.Tensor] = {}
-        l_pi, ent, l_distill, l_v = policy_losses_masked(lrn, st.ro, out)
+        l_pi, ent, l_distill, l_v = lrn._policy_losses(st.ro, out)  # the eager path's own code
         sample = {k: v[st.idx] for k, v in lrn.replay.data.items()}
         l_c51, l_iqn, l_dueling = lrn._q_losses(sample, tau_next=st.tau_next, tau=st.tau)
         loss = (

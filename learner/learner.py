@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import numbers
+from collections.abc import Mapping
 
 import numpy as np
 import torch
@@ -163,7 +164,7 @@ class Learner:
             return self._finish(keys, stacked.tolist(), ro, q_trained)  # one device sync
         out: dict[str, torch.Tensor] = {}
 
-        l_pi, ent, l_distill, l_v = self._policy_losses(ro, out)
+        l_pi, ent, l_distill, l_v = self._policy_losses(ro.to_dict(), out)
         zero = torch.zeros((), device=self.device)
         l_c51 = l_iqn = l_dueling = zero
         if q_trained:
@@ -204,62 +205,76 @@ class Learner:
         result[D.Q_TRAINED] = float(q_trained)
         return result
 
-    def _policy_losses(self, ro: Rollout, out: dict) -> tuple[torch.Tensor, ...]:
-        """(l_pi, entropy, l_distill, l_v) on the rollout's valid steps; GAE baseline per dueling_mode."""
+    def _policy_losses(self, ro: Mapping[str, torch.Tensor], out: dict) -> tuple[torch.Tensor, ...]:
+        """(l_pi, entropy, l_distill, l_v) on the rollout's valid steps; GAE baseline per dueling_mode.
+
+        `ro` holds the rollout's columns by name (Rollout.to_dict(), or the CUDA graph's static buffers).
+        Every loss and diag mean runs over all T*B rows with the valid mask as row mask, never indexing the
+        valid rows, whose count changes per rollout: every shape is then fixed by (T, B), so the eager path
+        and the captured graph run this same code. Invalid rows get action 0 and a behaviour log-prob equal
+        to pi's own (ratio exactly 1), so nothing computed on them can overflow: the mask passes them a
+        zero gradient, but 0 * inf would still be NaN.
+        """
         cfg = self.cfg
-        t_len, b = ro.rewards.shape
+        t_len, b = ro["rewards"].shape
         tb = t_len * b
-        h_all = self.net.encoder(ro.obs.reshape(-1, self.obs_dim))  # [(T+1)B, H]: s_t for t = 0..T
+        valid = ro["valid"].reshape(-1)  # False on autoreset steps: not transitions
+        h_all = self.net.encoder(ro["obs"].reshape(-1, self.obs_dim))  # [(T+1)B, H]: s_t for t = 0..T
         h_t = h_all[:tb]
         v_all = self.net.value(h_all)
         logits = self.net.pi(h_t)
-        valid = ro.valid_idx  # flat indices of the real transitions (autoreset steps left out)
         with torch.no_grad():
             q_ens = self.net.q_ens(h_t, self.support, cfg.ensemble_w, cfg.iqn_taus)
             baseline = v_all
             if self.dueling is not None:
                 v_dq_all = self.dueling.net(h_all.detach())[0]
-                out[D.V_DQ_MEAN] = v_dq_all[:tb][valid].mean()
+                out[D.V_DQ_MEAN] = L.masked_mean(v_dq_all[:tb], valid)
                 if cfg.dueling_mode == "baseline":  # Phase 4.3: V_dq and V_dq(s_{t+1}) are the GAE baseline
                     baseline = v_dq_all
             adv, ret = L.gae(
-                ro.rewards * cfg.reward_scale,
+                ro["rewards"] * cfg.reward_scale,
                 baseline[:tb].view(t_len, b),
                 baseline[b:].view(t_len, b),
-                ro.terminated,
-                ro.terminated | ro.truncated,
+                ro["terminated"],
+                ro["terminated"] | ro["truncated"],
                 cfg.gamma,
                 cfg.gae_lambda,
             )
-        adv = adv.reshape(-1)[valid]
-        out[D.ADV_MEAN] = adv.mean()
-        if cfg.normalize_advantages and adv.numel() > 1:
-            adv = (adv - adv.mean()) / (adv.std(correction=0) + 1e-8)
-        logits = logits[valid]
+            adv = adv.reshape(-1)
+            out[D.ADV_MEAN] = L.masked_mean(adv, valid)
+            if cfg.normalize_advantages:
+                adv = L.normalize_advantages(adv, valid)
         logp_all = torch.log_softmax(logits, dim=-1)
-        logp = logp_all.gather(-1, ro.actions.reshape(-1)[valid, None]).squeeze(-1)
-        behaviour_logp = ro.behaviour_logp.reshape(-1)[valid]
-        l_pi, out[D.APPROX_KL], out[D.CLIP_FRAC] = L.ppo_clip_loss(logp, behaviour_logp, adv, cfg.ppo_clip)
-        ent = L.entropy(logits)
-        q_ens = q_ens[valid]
+        actions = torch.where(ro["valid"], ro["actions"], 0).reshape(-1, 1)
+        logp = logp_all.gather(-1, actions).squeeze(-1)
+        behaviour_logp = torch.where(valid, ro["behaviour_logp"].reshape(-1), logp.detach())
+        l_pi, out[D.APPROX_KL], out[D.CLIP_FRAC] = L.ppo_clip_loss(logp, behaviour_logp, adv, cfg.ppo_clip, valid)
+        ent = L.entropy(logits, valid)
         q_teacher = -q_ens if cfg.flip_distill_sign else q_ens
-        l_distill = L.distill_kl(q_teacher, logits, cfg.distill_temperature)
-        v_t = v_all[:tb][valid]
-        l_v = L.value_mse(v_t, ret.reshape(-1)[valid])
-        out[D.QPA] = D.qpa(q_ens, logp_all.detach())
-        out[D.V_SCALAR_MEAN] = v_t.detach().mean()
-        out[D.Q_ENS_MEAN] = q_ens.mean()
+        l_distill = L.distill_kl(q_teacher, logits, cfg.distill_temperature, valid)
+        v_t = v_all[:tb]
+        l_v = L.value_mse(v_t, ret.reshape(-1), valid)
+        out[D.QPA] = L.masked_mean(D.qpa_rows(q_ens, logp_all.detach()), valid)
+        out[D.V_SCALAR_MEAN] = L.masked_mean(v_t.detach(), valid)
+        out[D.Q_ENS_MEAN] = L.masked_mean(q_ens, valid)
         return l_pi, ent, l_distill, l_v
 
-    def _apply(self, loss: torch.Tensor, l_dueling: torch.Tensor | None, out: dict) -> bool:
-        """Backward, NaN guard, clip, Adam, Polyak. Returns False (and changes nothing) on a non-finite step."""
-        # Two separate graphs into two gradient buffers: the dueling loss cannot touch a main-net gradient.
-        parts = [self.main] if self.dueling is None else [self.main, self.dueling]
+    def _parts(self) -> list[_Trainable]:
+        return [self.main] if self.dueling is None else [self.main, self.dueling]
+
+    def _backward(self, loss: torch.Tensor, l_dueling: torch.Tensor | None, out: dict) -> torch.Tensor:
+        """Zero the grads, ONE backward, record the grad norms; returns healthy (bool [], on the device):
+        the losses and gradients are all finite. Both guards (host: _apply, device: graph.guarded_step) use it.
+
+        h is detached before the dueling head, so the two graphs are disjoint and one backward of
+        loss + l_dueling gives every gradient bit-identically to two (tests/test_graph.py): the dueling loss
+        cannot touch a main-net gradient.
+        """
+        parts = self._parts()
         for p in parts:
             p.grad.zero_()
-        loss.backward()
-        if l_dueling is not None and self.dueling is not None:
-            l_dueling.backward()
+        duel = l_dueling is not None and self.dueling is not None
+        (loss + l_dueling if duel else loss).backward()
         for name, sl in self.groups.items():
             out[D.grad_norm_key(name)] = self.main.grad[sl].norm()
         out[D.grad_norm_key("total")] = self.main.grad.norm()
@@ -267,15 +282,25 @@ class Learner:
             out[D.grad_norm_key("dueling")] = self.dueling.grad.norm()
         healthy = torch.isfinite(loss)
         if l_dueling is not None:
-            healthy &= torch.isfinite(l_dueling)
+            healthy = healthy & torch.isfinite(l_dueling)
         for p in parts:
-            healthy &= torch.isfinite(p.grad).all()
-        if not bool(healthy):
-            return False
-        snaps = [p.snapshot() for p in parts]
-        for p in parts:  # each network is clipped on its own norm: a global norm would couple them
+            healthy = healthy & torch.isfinite(p.grad).all()
+        return healthy
+
+    def _clip_and_step(self) -> None:
+        for p in self._parts():  # each network is clipped on its own norm: a global norm would couple them
             torch.nn.utils.clip_grad_norm_([p.flat], p.clip)
             p.opt.step()
+
+    def _apply(self, loss: torch.Tensor, l_dueling: torch.Tensor | None, out: dict) -> bool:
+        """Host guard: backward, then skip (changing nothing) unless finite; clip, Adam, undo if the new
+        parameters are not finite, Polyak. Returns whether the step was applied. On CPU a sync is free and
+        skipping saves the wasted step; the device guard (graph.guarded_step) always steps and undoes."""
+        parts = self._parts()
+        if not bool(self._backward(loss, l_dueling, out)):
+            return False
+        snaps = [p.snapshot() for p in parts]
+        self._clip_and_step()
         if not all(bool(torch.isfinite(p.flat).all()) for p in parts):
             for p, snap in zip(parts, snaps, strict=True):
                 p.restore(snap)

@@ -18,6 +18,7 @@ import torch
 from foxhunt_ray.presets import preset
 from learner import diag as D
 from learner import graph as G
+from learner import losses as L
 from learner.learner import Learner
 from learner.replay import rollout_from_batch
 
@@ -122,7 +123,7 @@ def test_one_backward_gives_the_gradients_of_two():
     for single in (False, True):
         state = (lrn.gen.get_state(), lrn.replay.gen.get_state())
         out: dict = {}
-        l_pi, ent, l_distill, l_v = lrn._policy_losses(ro, out)
+        l_pi, ent, l_distill, l_v = lrn._policy_losses(ro.to_dict(), out)
         l_c51, l_iqn, l_dueling = lrn._q_losses(lrn.replay.sample(lrn.cfg.q_batch_size))
         loss = l_pi - 0.01 * ent + 0.1 * l_distill + 0.5 * l_v + l_c51 + l_iqn
         lrn.main.grad.zero_()
@@ -139,21 +140,66 @@ def test_one_backward_gives_the_gradients_of_two():
     assert torch.equal(grads[0][0], grads[1][0]) and torch.equal(grads[0][1], grads[1][1])
 
 
+def _indexed_policy_losses(lrn: Learner, ro, out: dict) -> tuple[torch.Tensor, ...]:
+    """The oracle: the plain, unmasked loss functions on the valid rows picked by index (data-dependent
+    shapes, so never in a graph); what Learner._policy_losses computes with its row mask."""
+    cfg, valid = lrn.cfg, ro.valid_idx
+    t_len, b = ro.rewards.shape
+    tb = t_len * b
+    h_all = lrn.net.encoder(ro.obs.reshape(-1, OBS))
+    v_all = lrn.net.value(h_all)
+    logits = lrn.net.pi(h_all[:tb])[valid]
+    with torch.no_grad():
+        q_ens = lrn.net.q_ens(h_all[:tb], lrn.support, cfg.ensemble_w, cfg.iqn_taus)[valid]
+        v_dq_all = lrn.dueling.net(h_all.detach())[0]
+        out[D.V_DQ_MEAN] = v_dq_all[:tb][valid].mean()
+        baseline = v_dq_all if cfg.dueling_mode == "baseline" else v_all
+        adv, ret = L.gae(
+            ro.rewards * cfg.reward_scale,
+            baseline[:tb].view(t_len, b),
+            baseline[b:].view(t_len, b),
+            ro.terminated,
+            ro.terminated | ro.truncated,
+            cfg.gamma,
+            cfg.gae_lambda,
+        )
+    adv = adv.reshape(-1)[valid]
+    out[D.ADV_MEAN] = adv.mean()
+    if adv.numel() > 1:  # a single valid step is not standardised (its std is 0)
+        adv = (adv - adv.mean()) / (adv.std(correction=0) + 1e-8)
+    logp_all = torch.log_softmax(logits, dim=-1)
+    logp = logp_all.gather(-1, ro.actions.reshape(-1)[valid, None]).squeeze(-1)
+    l_pi, out[D.APPROX_KL], out[D.CLIP_FRAC] = L.ppo_clip_loss(
+        logp, ro.behaviour_logp.reshape(-1)[valid], adv, cfg.ppo_clip
+    )
+    ent = L.entropy(logits)
+    l_distill = L.distill_kl(q_ens, logits, cfg.distill_temperature)
+    v_t = v_all[:tb][valid]
+    l_v = L.value_mse(v_t, ret.reshape(-1)[valid])
+    out[D.QPA] = D.qpa(q_ens, logp_all.detach())
+    out[D.V_SCALAR_MEAN] = v_t.detach().mean()
+    out[D.Q_ENS_MEAN] = q_ens.mean()
+    return l_pi, ent, l_distill, l_v
+
+
 @pytest.mark.parametrize("mode", ["diagnostic", "baseline"])
-def test_masked_policy_losses_match_the_indexed_ones(mode):
+def test_masked_policy_losses_match_the_plain_losses_on_the_valid_rows(mode):
+    """Learner._policy_losses (all T*B rows, valid as the row mask; eager path and graph body alike) against
+    the unmasked loss functions on the indexed valid rows: losses, diag means and gradients. Garbage on the
+    invalid rows (an out-of-range action, a huge behaviour log-prob) must not reach any of them."""
     lrn = Learner(_cfg(dueling_mode=mode), obs_dim=OBS, n_actions=N, seed=5)
     rng = np.random.default_rng(4)
     for end_p, only_one in ((0.3, False), (0.0, False), (0.0, True)):
         batch = _rollout(rng, end_p=end_p)
-        if only_one:  # a single valid step: the eager path does not standardise its advantage
+        if only_one:  # a single valid step: its advantage is not standardised
             batch["valid"][:] = False
             batch["valid"][2, 1] = True
         ro = rollout_from_batch(batch, obs_dim=OBS, n_actions=N)
         static = {k: getattr(ro, k) for k in G.ROLLOUT_FIELDS}
         static["actions"] = torch.where(ro.valid, ro.actions, 99)  # garbage off the valid steps is ignored
-        static["behaviour_logp"] = torch.where(ro.valid, ro.behaviour_logp, 1e4)
+        static["behaviour_logp"] = torch.where(ro.valid, ro.behaviour_logp, -1e4)  # ratio e^1e4: inf
         results = []
-        for fn, arg in ((lrn._policy_losses, ro), (lambda r, o: G.policy_losses_masked(lrn, r, o), static)):
+        for fn, arg in ((lambda r, o: _indexed_policy_losses(lrn, r, o), ro), (lrn._policy_losses, static)):
             out: dict = {}
             losses = fn(arg, out)
             lrn.main.grad.zero_()

@@ -69,6 +69,56 @@ def test_value_mse_and_dueling_loss_use_double_dqn_target():
     assert math.isclose(loss.item(), 0.5 * y * y, rel_tol=1e-6)
 
 
+def test_masked_losses_equal_the_plain_ones_on_the_kept_rows_and_ignore_the_rest():
+    """Each on-policy loss with a row mask == the unmasked one on those rows; a masked-out row whose loss
+    term overflows to inf reaches neither the value nor the gradient (torch.where, not a 0 weight)."""
+    g = torch.Generator().manual_seed(1)
+    mask = torch.tensor([True, False, True, True, False])
+    logits = torch.randn(5, 4, generator=g, dtype=torch.float64)
+    q = torch.randn(5, 4, generator=g, dtype=torch.float64)
+    logp, behaviour = torch.randn(5, generator=g, dtype=torch.float64), torch.randn(5, generator=g, dtype=torch.float64)
+    adv, values, returns = (torch.randn(5, generator=g, dtype=torch.float64) for _ in range(3))
+    values[1], returns[4] = 1e300, -1e300  # garbage on the masked-out rows: (V - R)^2 is inf there
+    m = mask
+    cases = {  # name: (input, the loss with the mask on every row, the plain loss on the kept rows)
+        "ppo": (
+            logp,
+            lambda x: L.ppo_clip_loss(x, behaviour, adv, 0.2, m),
+            lambda x: L.ppo_clip_loss(x, behaviour[m], adv[m], 0.2),
+        ),
+        "entropy": (logits, lambda x: (L.entropy(x, m),), lambda x: (L.entropy(x),)),
+        "distill": (logits, lambda x: (L.distill_kl(q, x, 0.5, m),), lambda x: (L.distill_kl(q[m], x, 0.5),)),
+        "value": (values, lambda x: (L.value_mse(x, returns, m),), lambda x: (L.value_mse(x, returns[m]),)),
+    }
+    for name, (x, masked, plain) in cases.items():
+        full = x.clone().requires_grad_()
+        kept = x[m].clone().requires_grad_()
+        got, want = masked(full), plain(kept)
+        for a, b in zip(got, want, strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12, msg=name)
+        got[0].backward()
+        want[0].backward()
+        assert torch.equal(full.grad[~m], torch.zeros_like(full.grad[~m])), name
+        torch.testing.assert_close(full.grad[m], kept.grad, rtol=1e-12, atol=1e-12, msg=name)
+
+
+def test_masked_mean_and_advantage_normalisation():
+    x = torch.tensor([[1.0, 2.0], [math.nan, math.nan], [3.0, 6.0]])
+    mask = torch.tensor([True, False, True])
+    assert L.masked_mean(x, mask).item() == 3.0  # over the kept rows and the trailing dim
+    assert L.masked_mean(x[mask]).item() == 3.0
+    adv = torch.tensor([1.0, 100.0, 3.0, 5.0])
+    norm = L.normalize_advantages(adv, torch.tensor([True, False, True, True]))
+    kept = torch.tensor([1.0, 3.0, 5.0])
+    want = (kept - 3.0) / (kept.std(correction=0) + 1e-8)
+    torch.testing.assert_close(norm[[0, 2, 3]], want)
+    torch.testing.assert_close(L.normalize_advantages(kept), want)
+    # a single row is left as it is (standardising would zero it), masked or not
+    one = torch.tensor([False, False, True, False])
+    assert torch.equal(L.normalize_advantages(adv, one)[2], adv[2])
+    assert torch.equal(L.normalize_advantages(adv[2:3]), adv[2:3])
+
+
 @pytest.mark.parametrize(
     ("q", "log_pi", "want"),
     [
