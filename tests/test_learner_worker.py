@@ -1,0 +1,115 @@
+"""LearnerWorker (bad payloads counted, periodic atomic checkpoints, pruning, load and its errors) and
+provenance (git commit + dirty marker, content hash without git)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+import torch
+
+from actors.learner_worker import LearnerWorker, latest_checkpoint, list_checkpoints
+from actors.rollout import RolloutConfig, RolloutWorker
+from foxhunt_ray import provenance
+from foxhunt_ray.presets import preset, run_preset
+from lobsim_env import MarketConfig
+
+
+@pytest.fixture()
+def pair(tmp_path):
+    worker = RolloutWorker(
+        RolloutConfig(num_envs=4, steps_per_sample=8, torch_threads=torch.get_num_threads()),
+        MarketConfig(horizon=20),
+        worker_index=0,
+        seed=0,
+    )
+    make = lambda **kw: LearnerWorker(  # noqa: E731
+        preset("smoke"), obs_dim=worker.obs_dim, n_actions=worker.n_actions, run_dir=tmp_path, **kw
+    )
+    learner = make(checkpoint_every=3)
+    worker.set_weights(learner.policy_weights())
+    yield worker, learner, make
+    worker.stop()
+
+
+def test_update_adds_totals_and_counts_bad_payloads(pair):
+    worker, learner, _ = pair
+    d1 = learner.update(worker.sample())
+    assert d1["step"] == 1 and d1["env_steps"] == 32 and d1["bad_payloads"] == 0 and d1["worker_index"] == 0
+    assert learner.update(b"\x00garbage") is None
+    assert learner.step == 1  # no step on a bad payload
+    d2 = learner.update(worker.sample())
+    assert d2["step"] == 2 and d2["env_steps"] == 64 and d2["bad_payloads"] == 1
+    # horizon 20, 16 steps so far: no episode ended; 8 more end one per book
+    d3 = learner.update(worker.sample())
+    assert d3["episodes"] == 4 and d3["pnl_cum_usd"] == pytest.approx(learner.stats.pnl_cum_usd)
+
+
+def test_checkpoints_every_m_keep_two_and_resume_exactly(pair):
+    worker, learner, make = pair
+    payloads = [worker.sample() for _ in range(8)]
+    for p in payloads[:7]:
+        learner.update(p)
+    assert [s for s, _ in list_checkpoints(learner.run_dir)] == [3, 6]
+    assert not list(learner.run_dir.glob("checkpoints/*.tmp"))
+    step, path = latest_checkpoint(learner.run_dir)
+    resumed = make()
+    assert resumed.load(path) == step == 6
+    assert resumed.stats.env_steps == 6 * 32 and resumed.decoder.bad_payloads == 0
+    learner2 = make()
+    learner2.load(path)
+    a, b = learner2.update(payloads[6]), resumed.update(payloads[6])
+    assert a == b  # a restored learner continues deterministically
+
+
+def test_load_refuses_a_bad_file(pair, tmp_path):
+    _, learner, _ = pair
+    bad = tmp_path / "bad.pt"
+    bad.write_bytes(b"not a checkpoint")
+    with pytest.raises(ValueError, match=r"cannot read checkpoint .*bad.pt"):
+        learner.load(bad)
+    torch.save({"format": "other"}, bad)
+    with pytest.raises(ValueError, match=r"not a run checkpoint: format='other'"):
+        learner.load(bad)
+
+
+def test_bad_arguments_are_named(tmp_path):
+    with pytest.raises(ValueError, match=r"checkpoint_every=0 must be None or an int >= 1"):
+        LearnerWorker(preset("smoke"), obs_dim=4, n_actions=3, run_dir=tmp_path, checkpoint_every=0)
+
+
+def test_run_presets_are_valid_and_match_the_learner_presets():
+    for name in ("plan_a_v2", "phase4_2", "phase4_3", "smoke"):
+        cfg = run_preset(name).validate()
+        assert cfg.preset == name and cfg.learner == preset(name)
+    with pytest.raises(ValueError, match=r"unknown preset 'nope'"):
+        run_preset("nope")
+
+
+def test_content_hash_without_git_and_dirty_marker(tmp_path):
+    tree = tmp_path / "tree"
+    for name in ("foxhunt_ray", "learner"):
+        shutil.copytree(provenance.REPO_ROOT / name, tree / name, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(provenance.REPO_ROOT / "pyproject.toml", tree)
+    (tree / "tests").mkdir()
+    (tree / "tests" / "t.py").write_text("x = 1\n")
+    first = provenance.code_sha(tree)
+    assert first.startswith("content-") and provenance.git_sha(tree) is None
+    (tree / "tests" / "t.py").write_text("x = 2\n")  # not code: the stamp stays
+    assert provenance.code_sha(tree) == first
+    (tree / "learner" / "config.py").write_text((tree / "learner" / "config.py").read_text() + "\n# edit\n")
+    assert provenance.code_sha(tree) != first
+
+    if shutil.which("git") is None:
+        return
+    git = lambda *a: subprocess.run(["git", "-C", str(tree), *a], check=True, capture_output=True)  # noqa: E731
+    git("init", "-q")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "x")
+    head = subprocess.run(["git", "-C", str(tree), "rev-parse", "HEAD"], capture_output=True, text=True).stdout
+    assert provenance.code_sha(tree) == head.strip()
+    (tree / "learner" / "config.py").write_text("# changed\n")
+    assert provenance.code_sha(tree) == head.strip() + "-dirty"
+    assert provenance.matches(provenance.content_sha(tree), tree)[0]
+    assert not provenance.matches("wrong", tree)[0]
