@@ -197,3 +197,23 @@ def test_ray_rollout_actor_killed_mid_run_is_restarted(tmp_path, ray_local):
 def test_ray_kill_rule_stops_the_actors(tmp_path, ray_local):
     code, run_dir = run(tmp_path, "--steps", "200", "--inject-nan-at", "20", serial=False)
     assert code == 3 and summary(run_dir)["rule"] == "non_finite"
+
+
+def test_ray_ctrl_c_keeps_a_checkpoint(tmp_path, ray_local):
+    def interrupt(step, workers):
+        if step == 20:
+            raise KeyboardInterrupt
+
+    code, run_dir = run(tmp_path, "--steps", "200", serial=False, hook=interrupt)
+    assert code == 0 and summary(run_dir)["status"] == "stopped" and summary(run_dir)["step"] == 20
+    (ckpt,) = [s for s, _ in list_checkpoints(run_dir)]
+    assert 20 <= ckpt <= 22  # the updates already queued on the learner actor ran before the checkpoint
+
+
+def test_local_entry_point_trains(tmp_path, capsys):
+    from foxhunt_ray import local
+
+    code = local.main([*SMOKE, "--serial", "--steps", "5", "--out", str(tmp_path)])
+    assert code == 0
+    assert "exit 0" in capsys.readouterr().out
+    assert len(lines(next(tmp_path.glob("*/0")))) == 5
