@@ -20,6 +20,7 @@ import argparse
 import dataclasses
 import json
 import os
+import signal
 import sys
 import time
 import traceback
@@ -29,7 +30,7 @@ from pathlib import Path
 
 from actors.kill_rules import EXIT_ERROR, EXIT_OK
 from actors.learner_worker import LearnerWorker, list_checkpoints
-from actors.monitor import DIAG_FILE, Monitor, read_diag, step_records
+from actors.monitor import DIAG_FILE, DiagFileError, Monitor, load_baseline, read_diag, step_records
 from actors.rollout import RolloutWorker
 from foxhunt_ray import provenance
 from foxhunt_ray.config import ConfigError, RunConfig, apply_overrides, from_dict
@@ -152,8 +153,11 @@ def resolve(args: argparse.Namespace) -> Plan:
         errs += err.errors
     driver = DriverConfig(**_driver_flags(args))
     errs += driver.errors()
-    if args.baseline is not None and not _diag_of(args.baseline).is_file():
-        errs.append(f"--baseline={args.baseline} has no {DIAG_FILE}: pass a finished run folder")
+    if args.baseline is not None:
+        try:
+            load_baseline(args.baseline)  # read once here so that a bad baseline stops the run before it starts
+        except DiagFileError as err:
+            errs.append(f"--baseline={args.baseline}: {err}")
     if errs:
         raise ConfigError(errs)
     run_dir = Path(args.out) / sha / str(driver.fold)
@@ -176,11 +180,6 @@ def resolve(args: argparse.Namespace) -> Plan:
 def _driver_flags(args: argparse.Namespace) -> dict:
     names = ("steps", "rollout_workers", "fold", "broadcast_every", "checkpoint_every")
     return {n: getattr(args, n) for n in names if getattr(args, n) is not None}
-
-
-def _diag_of(run: str | Path) -> Path:
-    path = Path(run)
-    return path / DIAG_FILE if path.is_dir() else path
 
 
 def _resolve_resume(args: argparse.Namespace, sha: str) -> Plan:
@@ -409,6 +408,19 @@ def _record(monitor: Monitor, progress: Progress, diag: dict) -> int | None:
     return None
 
 
+def _sigterm_as_interrupt():
+    """`ray job stop` and schedulers send SIGTERM: treat it as Ctrl-C (checkpoint, summary 'stopped').
+    Returns the previous handler, or None where signals cannot be set (not the main thread)."""
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    try:
+        return signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:
+        return None
+
+
 def main(
     argv: list[str] | None = None,
     *,
@@ -420,14 +432,14 @@ def main(
     args = parse_args(argv, prog)
     try:
         plan = resolve(args)
-    except (UsageError, ConfigError) as err:
+        stamp = {"code_sha": plan.code_sha, "preset": plan.config.preset, "fold": plan.driver.fold}
+        resume_at = plan.resume_step if plan.checkpoint is not None else None
+        if plan.resume_step == 0:
+            write_config(plan)
+        monitor = Monitor(plan.run_dir, plan.config.kill, plan.baseline, stamp=stamp, resume_at=resume_at)
+    except (UsageError, ValueError, OSError) as err:  # ConfigError and DiagFileError are ValueErrors
         print(f"error: {err}", file=sys.stderr)
         return EXIT_ERROR
-    if plan.resume_step == 0:
-        write_config(plan)
-    stamp = {"code_sha": plan.code_sha, "preset": plan.config.preset, "fold": plan.driver.fold}
-    resume_at = plan.resume_step if plan.checkpoint is not None else None
-    monitor = Monitor(plan.run_dir, plan.config.kill, plan.baseline, stamp=stamp, resume_at=resume_at)
     progress = Progress(plan)
     mode = "serial" if plan.serial else "ray"
     print(
@@ -435,6 +447,7 @@ def main(
         f"updates {plan.resume_step}..{plan.driver.steps})",
         flush=True,
     )
+    previous = _sigterm_as_interrupt()
     try:
         if plan.serial:
             code = run_serial(plan, monitor, progress, hook)
@@ -449,6 +462,8 @@ def main(
         code = monitor.finish("error", f"{type(err).__name__}: {err}")
     finally:
         monitor.close()
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     if monitor.last is not None:
         progress.show(monitor.last, force=True)
     print(f"run folder {plan.run_dir}  exit {code}", flush=True)

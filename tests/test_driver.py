@@ -94,6 +94,15 @@ def test_pnl_deficit_against_a_baseline(tmp_path):
     assert json.loads((run_dir / "config.json").read_text())["baseline"] == str(base)
 
 
+def test_bad_baseline_is_refused_before_the_run(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "diag.jsonl").write_text("")
+    code, run_dir = run(tmp_path, "--steps", "5", "--baseline", str(tmp_path / "empty"))
+    assert code == 1 and "has no step lines" in capsys.readouterr().err and not run_dir.exists()
+    code, _ = run(tmp_path, "--steps", "5", "--baseline", str(tmp_path / "missing"))
+    assert code == 1 and "cannot read diag file" in capsys.readouterr().err
+
+
 def test_dueling_explosion(tmp_path):
     code, run_dir = run(tmp_path, "--steps", "100", "--set", "kill.dueling_ratio_max=1e-6")
     assert code == 3
