@@ -46,7 +46,7 @@ RESUME_SEED_STRIDE = 1_000_003  # a resumed run's rollout workers get fresh book
 class DriverConfig:
     """How a run is driven (not what is trained): recorded beside the RunConfig in config.json."""
 
-    steps: int = 300
+    steps: int = 200
     """Learner updates: the run ends after update `steps` (a resumed run continues to it)."""
     rollout_workers: int = 2
     """Rollout workers (Ray actors, or plain objects in serial mode)."""
@@ -78,7 +78,7 @@ class DriverConfig:
 def parse_args(argv: list[str] | None, prog: str) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog=prog, description="Train foxhunt_ray: rollout workers, learner, monitor.")
     p.add_argument("--preset", choices=PRESET_NAMES, default=None, help="named config (default plan_a_v2)")
-    p.add_argument("--steps", type=int, default=None, help="learner updates (default 300)")
+    p.add_argument("--steps", type=int, default=None, help="learner updates (default 200)")
     p.add_argument("--rollout-workers", type=int, default=None, help="rollout workers (default 2)")
     p.add_argument("--envs-per-worker", type=int, default=None, help="books per rollout worker (rollout.num_envs)")
     p.add_argument("--fold", type=int, default=None, help="walk-forward fold (default 0)")

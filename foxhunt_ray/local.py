@@ -1,6 +1,6 @@
 """`python -m foxhunt_ray.local`: train on this machine, Ray in-process (or `--serial`: no Ray at all).
 
-The defaults (preset plan_a_v2 on the synthetic market, 300 updates, 2 rollout workers) finish in a few minutes
+The defaults (preset plan_a_v2 on the synthetic market, 200 updates, 2 rollout workers) finish in about 3 minutes
 on a 2-core laptop CPU and use a GPU for the learner when there is one. Flags: foxhunt_ray.driver
 (`--help`); docs/running.md walks through a run, its folder, resume and the exit codes.
 
