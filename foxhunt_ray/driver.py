@@ -2,7 +2,8 @@
 
 It resolves the preset and the `--set` overrides into one RunConfig, validates it (every bad value at once),
 stamps the code (foxhunt_ray.provenance) and refuses a mismatch with `--expect-code-sha`, creates
-`<out>/<code_sha>/<fold>/` with config.json, diag.jsonl, summary.json and checkpoints/, and runs the roles:
+`<out>/<code_sha>/<fold>/` with config.json, diag.jsonl, summary.json and checkpoints/, and runs the roles
+(foxhunt_ray.loops):
 
 - serial (`--serial`): rollout workers, the learner worker and the monitor in this process, no Ray;
 - Ray: rollout actors and the learner actor (foxhunt_ray.remote), driven with `ray.wait`; the monitor stays in
@@ -22,24 +23,20 @@ import json
 import os
 import signal
 import sys
-import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from actors.kill_rules import EXIT_ERROR, EXIT_OK
-from actors.learner_worker import LearnerWorker, list_checkpoints
+from actors.learner_worker import list_checkpoints
 from actors.monitor import DIAG_FILE, DiagFileError, Monitor, load_baseline, read_diag, step_records
-from actors.rollout import RolloutWorker
 from foxhunt_ray import provenance
 from foxhunt_ray.config import ConfigError, RunConfig, apply_overrides, from_dict
+from foxhunt_ray.loops import Hook, Progress, run_ray, run_serial
 from foxhunt_ray.presets import PRESET_NAMES, run_preset
-from lobsim_env import N_ACTIONS
-from lobsim_env.core import obs_size
 
 CONFIG_FILE = "config.json"
-RESUME_SEED_STRIDE = 1_000_003  # a resumed run's rollout workers get fresh books, not the run's first episodes
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -235,177 +232,6 @@ def write_config(plan: Plan) -> None:
     tmp = plan.run_dir / (CONFIG_FILE + ".tmp")
     tmp.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
     os.replace(tmp, plan.run_dir / CONFIG_FILE)
-
-
-class Progress:
-    """The progress line: updates, env steps/s, qpa_ema, pnl; at most one line every `every_s` seconds."""
-
-    def __init__(self, plan: Plan, every_s: float = 2.0):
-        self.total, self.quiet, self.every_s = plan.driver.steps, plan.quiet, every_s
-        self.start = self.last_print = time.monotonic()
-        self.env0: int | None = None
-        self.shown_step = -1
-
-    def show(self, rec: dict, force: bool = False) -> None:
-        now = time.monotonic()
-        if rec["step"] == self.shown_step:
-            return
-        env = int(rec.get("env_steps", 0))
-        if self.env0 is None:
-            self.env0 = env
-        if self.quiet or (not force and now - self.last_print < self.every_s):
-            return
-        self.last_print, self.shown_step = now, rec["step"]
-        elapsed = max(now - self.start, 1e-9)
-        print(
-            f"[{elapsed:7.1f}s] update {rec['step']}/{self.total}  env steps {env:,} "
-            f"({(env - self.env0) / elapsed:,.0f}/s)  qpa_ema {rec.get('qpa_ema', float('nan')):+.3f}  "
-            f"pnl ${rec.get('pnl_cum_usd', 0.0):,.0f}",
-            flush=True,
-        )
-
-
-def worker_seed(plan: Plan) -> int:
-    return plan.config.seed + plan.resume_step * RESUME_SEED_STRIDE
-
-
-def learner_kwargs(plan: Plan) -> dict:
-    return dict(
-        obs_dim=obs_size(plan.config.market),
-        n_actions=int(N_ACTIONS),
-        run_dir=str(plan.run_dir),
-        seed=plan.config.seed,
-        checkpoint_every=plan.driver.checkpoint_every,
-    )
-
-
-Hook = Callable[[int, list], None]
-"""Test hook: called with (step, rollout worker handles) after each recorded step."""
-
-
-def run_serial(plan: Plan, monitor: Monitor, progress: Progress, hook: Hook | None = None) -> int:
-    """Every role in this process: the loop of docs/system.md with checkpoints and resume."""
-    import torch
-
-    cfg, drv = plan.config, plan.driver
-    learner = LearnerWorker(cfg.learner, **learner_kwargs(plan))
-    if plan.checkpoint is not None:
-        learner.load(plan.checkpoint)
-    # serial: the rollout workers must not shrink this process's torch threads (set_num_threads is global)
-    rollout = dataclasses.replace(cfg.rollout, torch_threads=torch.get_num_threads())
-    weights = learner.policy_weights()
-    workers = [
-        RolloutWorker(rollout, cfg.market, worker_index=i, seed=worker_seed(plan), fold=drv.fold, weights=weights)
-        for i in range(drv.rollout_workers)
-    ]
-    code, i = None, 0
-    try:
-        while learner.step < drv.steps:
-            diag = learner.update(workers[i % len(workers)].sample())
-            i += 1
-            if diag is None:  # a bad payload: counted by the decoder, no step
-                continue
-            if (code := _record(monitor, progress, diag)) is not None:
-                break
-            if hook is not None:
-                hook(learner.step, workers)
-            if learner.step % drv.broadcast_every == 0:
-                weights = learner.policy_weights()
-                for w in workers:
-                    w.set_weights(weights)
-    except KeyboardInterrupt:
-        learner.checkpoint()
-        print(f"interrupted at update {learner.step}: checkpoint kept in {plan.run_dir}", file=sys.stderr)
-        return monitor.finish("stopped", "interrupted by the user (Ctrl-C)")
-    finally:
-        for w in workers:
-            w.stop()
-    learner.checkpoint()
-    return code if code is not None else monitor.finish("done")
-
-
-def run_ray(plan: Plan, monitor: Monitor, progress: Progress, hook: Hook | None = None) -> int:
-    """Rollout actors and the learner actor, driven with ray.wait; the monitor stays here."""
-    import ray
-
-    from foxhunt_ray import remote
-
-    cfg, drv = plan.config, plan.driver
-    learner = remote.learner_actor(gpu=remote.cluster_has_gpu()).remote(cfg.learner, **learner_kwargs(plan))
-    workers: list = []
-    try:
-        if plan.checkpoint is not None:
-            ray.get(learner.load.remote(str(plan.checkpoint)))
-        weights = learner.policy_weights.remote()  # one object in the store, shared by every worker
-        cls = remote.rollout_actor(cpus=remote.rollout_cpus(drv.rollout_workers), max_restarts=drv.max_worker_restarts)
-        # a restarted actor reruns its constructor: with these weights it can sample at once
-        workers = [
-            cls.remote(cfg.rollout, cfg.market, worker_index=i, seed=worker_seed(plan), fold=drv.fold, weights=weights)
-            for i in range(drv.rollout_workers)
-        ]
-        return _drive(plan, monitor, progress, learner, workers, hook)
-    except KeyboardInterrupt:
-        try:
-            ray.get(learner.checkpoint.remote(), timeout=60)
-            print(f"interrupted: checkpoint kept in {plan.run_dir}", file=sys.stderr)
-        except Exception as err:  # the actors may be gone with the same Ctrl-C; the periodic checkpoint stays
-            print(f"interrupted: no final checkpoint ({err}); the last periodic one stays", file=sys.stderr)
-        return monitor.finish("stopped", "interrupted by the user (Ctrl-C)")
-    finally:
-        for handle in [*workers, learner]:
-            ray.kill(handle)
-
-
-MAX_UPDATES_IN_FLIGHT = 2  # one running on the learner, one queued: the learner never waits for the driver
-MAX_LOST_IN_A_ROW = 8
-
-
-def _drive(plan: Plan, monitor: Monitor, progress: Progress, learner, workers: list, hook: Hook | None) -> int:
-    import ray
-
-    drv = plan.driver
-    samples = {w.sample.remote(): i for i, w in enumerate(workers)}
-    updates: list = []  # in submission order; the actor runs them in that order
-    dispatched, lost_in_a_row, code = plan.resume_step, 0, None
-    while updates or dispatched < drv.steps:
-        can_dispatch = dispatched < drv.steps and len(updates) < MAX_UPDATES_IN_FLIGHT
-        wait_on = ([*samples] if can_dispatch else []) + updates[:1]
-        (ready,), _ = ray.wait(wait_on, num_returns=1)
-        if updates and ready == updates[0]:
-            updates.pop(0)
-            diag = ray.get(ready)  # ready: this does not block
-            if diag is None or "lost_sample" in diag:
-                dispatched -= 1  # no step: a bad payload (counted in bad_payloads) or a sample a dead actor lost
-                lost_in_a_row = lost_in_a_row + 1 if diag is not None else 0
-                if lost_in_a_row > MAX_LOST_IN_A_ROW:
-                    raise RuntimeError(f"{lost_in_a_row} samples lost in a row: {diag['lost_sample']}")
-                continue
-            lost_in_a_row = 0
-            if (code := _record(monitor, progress, diag)) is not None:
-                break
-            step = int(diag["step"])
-            if hook is not None:
-                hook(step, workers)
-            if step % drv.broadcast_every == 0:
-                weights = learner.policy_weights.remote()
-                for w in workers:
-                    w.set_weights.remote(weights)
-        else:
-            i = samples.pop(ready)
-            updates.append(learner.update_from.remote([ready]))  # nested: the learner fetches it itself
-            dispatched += 1
-            samples[workers[i].sample.remote()] = i
-    ray.get(learner.checkpoint.remote())
-    return code if code is not None else monitor.finish("done")
-
-
-def _record(monitor: Monitor, progress: Progress, diag: dict) -> int | None:
-    decision = monitor.record(diag)
-    progress.show(monitor.last, force=decision is not None)
-    if decision is not None:
-        print(f"killed by rule {decision.rule} at update {decision.step}: {decision.message}", file=sys.stderr)
-        return monitor.exit_code
-    return None
 
 
 def _sigterm_as_interrupt():
