@@ -234,6 +234,20 @@ def write_config(plan: Plan) -> None:
     os.replace(tmp, plan.run_dir / CONFIG_FILE)
 
 
+def _connect_ray(ray_init: Callable[[], None] | None) -> None:
+    import ray
+
+    if ray.is_initialized():
+        return
+    try:
+        (ray_init or ray.init)()
+    except Exception as err:  # Ray raises ConnectionError, RuntimeError, TimeoutError, ... by version and cause
+        raise UsageError(
+            f"cannot start or reach Ray ({type(err).__name__}: {err}); start a cluster with `ray start --head` "
+            "(foxhunt_ray.job), or run with --serial"
+        ) from None
+
+
 def _sigterm_as_interrupt():
     """`ray job stop` and schedulers send SIGTERM: treat it as Ctrl-C (checkpoint, summary 'stopped').
     Returns the previous handler, or None where signals cannot be set (not the main thread)."""
@@ -260,6 +274,8 @@ def main(
         plan = resolve(args)
         stamp = {"code_sha": plan.code_sha, "preset": plan.config.preset, "fold": plan.driver.fold}
         resume_at = plan.resume_step if plan.checkpoint is not None else None
+        if not plan.serial:
+            _connect_ray(ray_init)  # before the run folder: a cluster that is not there leaves no half run
         if plan.resume_step == 0:
             write_config(plan)
         monitor = Monitor(plan.run_dir, plan.config.kill, plan.baseline, stamp=stamp, resume_at=resume_at)
@@ -278,10 +294,6 @@ def main(
         if plan.serial:
             code = run_serial(plan, monitor, progress, hook)
         else:
-            import ray
-
-            if not ray.is_initialized():
-                (ray_init or ray.init)()
             code = run_ray(plan, monitor, progress, hook)
     except Exception as err:
         traceback.print_exc()
