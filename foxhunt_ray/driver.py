@@ -6,8 +6,8 @@ stamps the code (foxhunt_ray.provenance) and refuses a mismatch with `--expect-c
 (foxhunt_ray.loops):
 
 - serial (`--serial`): rollout workers, the learner worker and the monitor in this process, no Ray;
-- Ray: rollout actors and the learner actor (foxhunt_ray.remote), driven with `ray.wait`; the monitor stays in
-  the driver process, which owns the run folder and must hear of a kill at once.
+- Ray: rollout actors, the learner actor and the monitor actor (foxhunt_ray.remote), driven with `ray.wait`;
+  the monitor actor is pinned to the driver's node, where the run folder is.
 
 Either way the learner worker checkpoints every `--checkpoint-every` updates; weights go to the rollout workers
 every `--broadcast-every` updates (one object, shared by every worker). A kill by a rule keeps a checkpoint and
@@ -278,7 +278,12 @@ def main(
             _connect_ray(ray_init)  # before the run folder: a cluster that is not there leaves no half run
         if plan.resume_step == 0:
             write_config(plan)
-        monitor = Monitor(plan.run_dir, plan.config.kill, plan.baseline, stamp=stamp, resume_at=resume_at)
+        if plan.serial:
+            monitor = Monitor(plan.run_dir, plan.config.kill, plan.baseline, stamp=stamp, resume_at=resume_at)
+        else:
+            from foxhunt_ray.remote import MonitorHandle
+
+            monitor = MonitorHandle(plan.run_dir, plan.config.kill, plan.baseline, stamp=stamp, resume_at=resume_at)
     except (UsageError, ValueError, OSError) as err:  # ConfigError and DiagFileError are ValueErrors
         print(f"error: {err}", file=sys.stderr)
         return EXIT_ERROR

@@ -1,8 +1,10 @@
 """The loops that run a resolved Plan (foxhunt_ray.driver): serial (every role in this process) and Ray.
 
-Both feed every learner step's diag dict to the Monitor, which lives in the driver process: it owns the run
-folder and must hear of a kill at once. The learner worker checkpoints every M updates by itself; the loops
-broadcast weights every K updates and keep a checkpoint at the end, on a kill and on Ctrl-C (or SIGTERM).
+Both feed every learner step's diag dict to the Monitor: in serial mode a plain Monitor in this process; in
+Ray mode the monitor actor, which takes each update's answer from the learner actor by reference and tells
+the driver of a kill in the answer the driver waits on. The learner worker checkpoints every M updates by
+itself; the loops broadcast weights every K updates and keep a checkpoint at the end, on a kill and on Ctrl-C
+(or SIGTERM).
 
 Ray mode waits with `ray.wait` on every outstanding sample and on the oldest in-flight update (two at most:
 one running on the learner actor, one queued, so the learner never waits for the driver); payloads go from a
@@ -24,7 +26,9 @@ from lobsim_env import N_ACTIONS
 from lobsim_env.core import obs_size
 
 if TYPE_CHECKING:
+    from actors.kill_rules import KillDecision
     from foxhunt_ray.driver import Plan
+    from foxhunt_ray.remote import MonitorHandle
 
 RESUME_SEED_STRIDE = 1_000_003  # a resumed run's rollout workers get fresh books, not the run's first episodes
 
@@ -116,8 +120,8 @@ def run_serial(plan: Plan, monitor: Monitor, progress: Progress, hook: Hook | No
     return code if code is not None else monitor.finish("done")
 
 
-def run_ray(plan: Plan, monitor: Monitor, progress: Progress, hook: Hook | None = None) -> int:
-    """Rollout actors and the learner actor, driven with ray.wait; the monitor stays here."""
+def run_ray(plan: Plan, monitor: MonitorHandle, progress: Progress, hook: Hook | None = None) -> int:
+    """Rollout actors, the learner actor and the monitor actor, driven with ray.wait."""
     import ray
 
     from foxhunt_ray import remote
@@ -152,7 +156,9 @@ MAX_UPDATES_IN_FLIGHT = 2  # one running on the learner, one queued: the learner
 MAX_LOST_IN_A_ROW = 8
 
 
-def _drive(plan: Plan, monitor: Monitor, progress: Progress, learner, workers: list, hook: Hook | None) -> int:
+def _drive(
+    plan: Plan, monitor: MonitorHandle, progress: Progress, learner, workers: list, hook: Hook | None
+) -> int:
     import ray
 
     drv = plan.driver
@@ -165,17 +171,19 @@ def _drive(plan: Plan, monitor: Monitor, progress: Progress, learner, workers: l
         (ready,), _ = ray.wait(wait_on, num_returns=1)
         if updates and ready == updates[0]:
             updates.pop(0)
-            diag = ray.get(ready)  # ready: this does not block
-            if diag is None or "lost_sample" in diag:
+            answer = ray.get(ready)  # ready: this does not block
+            if "skipped" in answer:
+                diag = answer["skipped"]
                 dispatched -= 1  # no step: a bad payload (counted in bad_payloads) or a sample a dead actor lost
                 lost_in_a_row = lost_in_a_row + 1 if diag is not None else 0
                 if lost_in_a_row > MAX_LOST_IN_A_ROW:
                     raise RuntimeError(f"{lost_in_a_row} samples lost in a row: {diag['lost_sample']}")
                 continue
             lost_in_a_row = 0
-            if (code := _record(monitor, progress, diag)) is not None:
+            monitor.last, decision = answer["record"], answer["decision"]
+            if (code := _report(monitor, progress, decision)) is not None:
                 break
-            step = int(diag["step"])
+            step = int(monitor.last["step"])
             if hook is not None:
                 hook(step, workers)
             if step % drv.broadcast_every == 0:
@@ -184,7 +192,8 @@ def _drive(plan: Plan, monitor: Monitor, progress: Progress, learner, workers: l
                     w.set_weights.remote(weights)
         else:
             i = samples.pop(ready)
-            updates.append(learner.update_from.remote([ready]))  # nested: the learner fetches it itself
+            # nested: the learner fetches the payload itself; the monitor actor takes the learner's answer
+            updates.append(monitor.record_update(learner.update_from.remote([ready])))
             dispatched += 1
             samples[workers[i].sample.remote()] = i
     ray.get(learner.checkpoint.remote())
@@ -192,9 +201,14 @@ def _drive(plan: Plan, monitor: Monitor, progress: Progress, learner, workers: l
 
 
 def _record(monitor: Monitor, progress: Progress, diag: dict) -> int | None:
-    decision = monitor.record(diag)
+    return _report(monitor, progress, monitor.record(diag))
+
+
+def _report(monitor: Monitor | MonitorHandle, progress: Progress, decision: KillDecision | None) -> int | None:
+    """The progress line for the monitor's last record; on a kill, says which rule and returns the exit code."""
     progress.show(monitor.last, force=decision is not None)
     if decision is not None:
         print(f"killed by rule {decision.rule} at update {decision.step}: {decision.message}", file=sys.stderr)
-        return monitor.exit_code
+        monitor.exit_code = decision.exit_code
+        return decision.exit_code
     return None
