@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from learner import diag as D
 from learner import ops
 
 if TYPE_CHECKING:
@@ -182,22 +181,13 @@ class GraphUpdate:
         return values
 
     def _body(self, st: _Static) -> tuple[list[str], torch.Tensor]:
-        lrn, cfg = self.lrn, self.lrn.cfg
+        lrn = self.lrn
         out: dict[str, torch.Tensor] = {}
         l_pi, ent, l_distill, l_v = lrn._policy_losses(st.ro, out)  # the eager path's own code
         sample = {k: v[st.idx] for k, v in lrn.replay.data.items()}
         l_c51, l_iqn, l_dueling = lrn._q_losses(sample, tau_next=st.tau_next, tau=st.tau)
-        loss = (
-            l_pi
-            - cfg.entropy_coef * ent
-            + cfg.distill_coef * l_distill
-            + cfg.value_coef * l_v
-            + cfg.c51_coef * l_c51
-            + cfg.iqn_coef * l_iqn
-        ) * st.loss_scale
+        loss = lrn._main_loss(out, l_pi, ent, l_distill, l_v, l_c51, l_iqn, l_dueling) * st.loss_scale
         healthy = guarded_step(lrn, loss, l_dueling, out)
-        out.update({D.L_C51: l_c51, D.L_IQN: l_iqn, D.L_PI: l_pi, D.L_V: l_v, D.L_DISTILL: l_distill})
-        out.update({D.L_DUELING: l_dueling, D.ENTROPY: ent})
         keys = list(out)
         values = torch.stack([*(out[k].detach().float().reshape(()) for k in keys), healthy.float()])
         return keys, values

@@ -169,14 +169,7 @@ class Learner:
         l_c51 = l_iqn = l_dueling = zero
         if q_trained:
             l_c51, l_iqn, l_dueling = self._q_losses(self.replay.sample(cfg.q_batch_size))
-        loss = (
-            l_pi
-            - cfg.entropy_coef * ent
-            + cfg.distill_coef * l_distill
-            + cfg.value_coef * l_v
-            + cfg.c51_coef * l_c51
-            + cfg.iqn_coef * l_iqn
-        )
+        loss = self._main_loss(out, l_pi, ent, l_distill, l_v, l_c51, l_iqn, l_dueling)
         if cfg.inject_nan_at == self.step:  # test-only fault: exercises the guard in _apply end to end
             loss = loss * float("nan")
         if self.device_guard:
@@ -184,11 +177,24 @@ class Learner:
         else:
             healthy = torch.tensor(self._apply(loss, l_dueling if q_trained else None, out), device=self.device)
 
-        out.update({D.L_C51: l_c51, D.L_IQN: l_iqn, D.L_PI: l_pi, D.L_V: l_v, D.L_DISTILL: l_distill})
-        out.update({D.L_DUELING: l_dueling, D.ENTROPY: ent})
         keys = list(out)
         stacked = torch.stack([*(out[k].detach().float().reshape(()) for k in keys), healthy.float()])
         return self._finish(keys, stacked.tolist(), ro, q_trained)  # one device sync
+
+    def _main_loss(self, out: dict, l_pi, ent, l_distill, l_v, l_c51, l_iqn, l_dueling) -> torch.Tensor:
+        """Records every loss in `out` and returns the main network's loss (the dueling loss stays apart: it
+        has its own backward target, its own Adam and its own clipping)."""
+        cfg = self.cfg
+        out.update({D.L_C51: l_c51, D.L_IQN: l_iqn, D.L_PI: l_pi, D.L_V: l_v, D.L_DISTILL: l_distill})
+        out.update({D.L_DUELING: l_dueling, D.ENTROPY: ent})
+        return (
+            l_pi
+            - cfg.entropy_coef * ent
+            + cfg.distill_coef * l_distill
+            + cfg.value_coef * l_v
+            + cfg.c51_coef * l_c51
+            + cfg.iqn_coef * l_iqn
+        )
 
     def _finish(self, keys: list[str], values: list[float], ro: Rollout, q_trained: bool) -> dict[str, float]:
         """The diag dict from the stacked values (healthy flag last); records a step that was not applied."""
