@@ -1,5 +1,7 @@
 """A real Ray cluster on loopback: `ray start --head`, `ray job submit` of the smoke preset through
-`python -m foxhunt_ray.job`, job SUCCEEDED, run folder written with the upload's content hash, cluster stopped.
+`python -m foxhunt_ray.job`, job SUCCEEDED, run folder written with the upload's content hash; the monitor's
+gauges on the node's metrics endpoint (what the dashboard graphs) and `ray job stop` ending a run cleanly with a
+checkpoint; cluster stopped.
 
 The cluster is started with `ray start --head --block` in its own session and stopped by signalling that process
 group: `ray stop` would stop every Ray process on the machine, including other people's sessions.
@@ -45,7 +47,7 @@ def ray_cli(*args: str, env: dict, timeout: float) -> subprocess.CompletedProces
     return subprocess.run([RAY, *args], env=env, capture_output=True, text=True, timeout=timeout)
 
 
-@pytest.fixture()
+@pytest.fixture(scope="module")
 def cluster():
     if not Path(RAY).exists():
         pytest.fail(f"{RAY} not found: the ray CLI comes with ray[default] (./bootstrap)")
@@ -58,6 +60,9 @@ def cluster():
     # the CLI calls through the environment (nothing read from or written to ~/.ray)
     env.pop("RAY_AUTH_TOKEN_PATH", None)
     env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(32))
+    # `ray job stop` waits this long after its SIGTERM before a SIGKILL (default 3 s): time for the final
+    # checkpoint and summary on a loaded 2-core machine
+    env["RAY_JOB_STOP_WAIT_TIME_S"] = "60"
     log = open(Path(temp) / "head.log", "w+")  # a file, not a pipe: a full pipe would stall `ray start`
     head = subprocess.Popen(
         [RAY, "start", "--head", "--block", "--node-ip-address=127.0.0.1", "--dashboard-host=127.0.0.1",
@@ -75,7 +80,7 @@ def cluster():
                 log.seek(0)
                 pytest.fail(f"ray start --head did not come up at {address}:\n{log.read()[-3000:]}")
             time.sleep(1)
-        yield address, env
+        yield address, env, metrics
     finally:
         stop_group(head)
         log.close()
@@ -98,7 +103,7 @@ def stop_group(head: subprocess.Popen) -> None:
 
 
 def test_job_submit_runs_the_smoke_preset(cluster, tmp_path):
-    address, env = cluster
+    address, env, _ = cluster
     out = tmp_path / "runs"
     job_id = f"foxhunt-test-{os.getpid()}-{int(time.time())}"
     expected = provenance.content_sha()  # what the git-less upload must compute for these same files
@@ -120,3 +125,53 @@ def test_job_submit_runs_the_smoke_preset(cluster, tmp_path):
     lines = [json.loads(x) for x in (run_dir / "diag.jsonl").read_text().splitlines()]
     assert [r["step"] for r in lines] == list(range(1, 61))
     assert (run_dir / "checkpoints" / "ckpt_00000060.pt").is_file()
+
+
+def job_status(address: str, job_id: str, env: dict) -> str:
+    said = ray_cli("job", "status", "--address", address, job_id, env=env, timeout=60)
+    return re.sub(r"\x1b\[[0-9;]*m", "", said.stdout + said.stderr)
+
+
+def test_monitor_gauges_are_exported_and_job_stop_keeps_a_checkpoint(cluster, tmp_path):
+    import urllib.request
+
+    address, env, metrics = cluster
+    out = tmp_path / "runs"
+    job_id = f"foxhunt-gauges-{os.getpid()}-{int(time.time())}"
+    submit = ray_cli(
+        "job", "submit", "--no-wait", "--address", address, "--submission-id", job_id, "--working-dir", str(ROOT),
+        "--runtime-env-json", json.dumps({"excludes": UPLOAD_EXCLUDES}), "--",
+        "python", "-m", "foxhunt_ray.job", "--preset", "smoke", "--steps", "100000", "--rollout-workers", "1",
+        "--fold", "7", "--out", str(out), "--quiet",
+        env=env, timeout=120,
+    )  # fmt: skip
+    assert submit.returncode == 0, submit.stdout + submit.stderr
+    wanted = {f"ray_foxhunt_{name}" for name in ("qpa", "qpa_ema", "pnl_cum_usd", "l_c51", "l_dueling")}
+    seen: set[str] = set()
+    diag = out / provenance.content_sha() / "7" / "diag.jsonl"
+    deadline = time.monotonic() + 150
+    while not (wanted <= seen and diag.is_file() and len(diag.read_bytes().splitlines()) >= 5):
+        if time.monotonic() > deadline:
+            break
+        time.sleep(2)
+        try:
+            text = urllib.request.urlopen(f"http://127.0.0.1:{metrics}/metrics", timeout=10).read().decode()
+        except OSError:
+            continue
+        # this run's gauges only: they are tagged with the run folder's name, the fold (7 here)
+        ours = [line for line in text.splitlines() if line.startswith("ray_foxhunt_") and 'run="7"' in line]
+        seen |= {line.split("{")[0] for line in ours}
+    stop = ray_cli("job", "stop", "--address", address, job_id, env=env, timeout=120)
+    assert wanted <= seen, f"gauges missing: {sorted(wanted - seen)}; {job_status(address, job_id, env)}"
+    deadline = time.monotonic() + 90
+    while "STOPPED" not in (said := job_status(address, job_id, env)).upper() and time.monotonic() < deadline:
+        time.sleep(1)
+    (run_dir,) = out.glob("*/7")
+    logs = ray_cli("job", "logs", "--address", address, job_id, env=env, timeout=60)
+    assert (run_dir / "summary.json").is_file(), (sorted(p.name for p in run_dir.iterdir()), said, logs.stdout[-3000:])
+    summary = json.loads((run_dir / "summary.json").read_text())
+    # `ray job stop` sends SIGTERM: the driver treats it as Ctrl-C, the monitor writes "stopped" at the last step
+    assert summary["status"] == "stopped", (summary, said, stop.stdout + stop.stderr)
+    lines = [json.loads(x) for x in (run_dir / "diag.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in lines] == list(range(1, summary["step"] + 1))
+    assert list((run_dir / "checkpoints").glob("ckpt_*.pt")), "no checkpoint kept on ray job stop"
