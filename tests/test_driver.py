@@ -207,6 +207,9 @@ def test_ray_rollout_actor_killed_mid_run_is_restarted(tmp_path, ray_local):
         if step == 40:
             ray_local.kill(workers[0], no_restart=False)
             killed.append(step)
+            # hold the driver until Ray has restarted the actor (a call on a restarting actor waits for it):
+            # otherwise worker 1 alone can finish the run while worker 0's process still starts on 2 busy cores
+            ray_local.get(workers[0].get_spaces.remote(), timeout=120)
 
     code, run_dir = run(tmp_path, "--steps", "160", serial=False, hook=kill_worker_0)
     assert code == 0 and killed == [40]
