@@ -18,13 +18,7 @@ from learner.network import policy_from_weights
 OBS, N = 5, 7
 
 
-@pytest.fixture(autouse=True)
-def _one_torch_thread():
-    """Smoke-sized ops gain nothing from intra-op threads and lose 10-25x when the CI cores are shared."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _cfg(**kw):

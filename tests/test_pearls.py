@@ -13,14 +13,7 @@ from learner import losses as L
 from learner import ops
 from learner.learner import Learner
 
-
-@pytest.fixture(autouse=True)
-def _one_torch_thread():
-    """Smoke-sized ops gain nothing from intra-op threads and lose 10-25x when the CI cores are shared."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def test_scalar_v_added_to_c51_atom_logits_is_a_noop():
