@@ -7,7 +7,6 @@ rounding where only the reduction order differs (masked means instead of indexed
 
 from __future__ import annotations
 
-import dataclasses
 import io
 import math
 
@@ -21,31 +20,16 @@ from learner import graph as G
 from learner import losses as L
 from learner.learner import Learner
 from learner.replay import rollout_from_batch
-
-OBS, N = 5, 7
-
+from tests.learner_batches import OBS, N, random_rollout, smoke_cfg
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
-def _cfg(**kw):
-    return dataclasses.replace(preset("smoke"), **{"q_batch_size": 16, "replay_min_size": 16, **kw})
+_cfg = smoke_cfg
 
 
 def _rollout(rng, t_len=6, b=4, version=0, end_p=0.15):
-    ends = rng.random((t_len, b)) < end_p
-    valid = np.ones((t_len, b), bool)
-    valid[1:] = ~ends[:-1]  # autoreset steps after an episode end are not transitions
-    return {
-        "obs": rng.standard_normal((t_len + 1, b, OBS)).astype(np.float32),
-        "actions": rng.integers(0, N, (t_len, b)),
-        "rewards": rng.standard_normal((t_len, b)).astype(np.float32),
-        "terminated": ends & valid,
-        "truncated": np.zeros((t_len, b), bool),
-        "behaviour_logp": (-math.log(N) + 0.3 * rng.standard_normal((t_len, b))).astype(np.float32),
-        "valid": valid,
-        "policy_version": version,
-    }
+    return random_rollout(rng, t_len, b, version, end_p, logp_noise=0.3)
 
 
 def _state(lrn: Learner) -> dict[str, torch.Tensor]:

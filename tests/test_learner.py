@@ -14,31 +14,12 @@ from foxhunt_ray.presets import preset
 from learner import diag as D
 from learner.learner import Learner
 from learner.network import policy_from_weights
-
-OBS, N = 5, 7
-
+from tests.learner_batches import OBS, N, random_rollout, smoke_cfg
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
-def _cfg(**kw):
-    return dataclasses.replace(preset("smoke"), **{"q_batch_size": 16, "replay_min_size": 16, **kw})
-
-
-def _rollout(rng, t_len=6, b=4, version=0):
-    ends = rng.random((t_len, b)) < 0.15
-    valid = np.ones((t_len, b), bool)
-    valid[1:] = ~ends[:-1]
-    return {
-        "obs": rng.standard_normal((t_len + 1, b, OBS)).astype(np.float32),
-        "actions": rng.integers(0, N, (t_len, b)),
-        "rewards": rng.standard_normal((t_len, b)).astype(np.float32),
-        "terminated": ends & valid,
-        "truncated": np.zeros((t_len, b), bool),
-        "behaviour_logp": np.full((t_len, b), -math.log(N), np.float32),
-        "valid": valid,
-        "policy_version": version,
-    }
+_cfg, _rollout = smoke_cfg, random_rollout
 
 
 REQUIRED = (
