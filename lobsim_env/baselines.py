@@ -1,22 +1,28 @@
-"""Reference policies, vectorised over B books, and `evaluate_policy` to score them.
+"""Reference policies, vectorised over B books, and the one evaluation loop that scores any policy.
 
 A policy is `policy(obs [B, D], env, rng) -> actions [B]`. `flat` never trades; `random` picks uniformly;
 `imbalance` reads only the observation (top-level imbalance plus recent signed trade flow) and holds a
 full long / short / flat position by its sign; `oracle` reads the latent regime through the explicit accessor
 `env.latent_regime()` (never part of the observation) and holds position_limit * regime. Learning is scored
 between `flat` / `imbalance` and `oracle`.
+
+`run_episodes(config, policy, episodes, seed)` plays `episodes` full episodes, one per book of a LobVectorEnv
+reset with `seed` (book i: seed + i), and measures PnL, drawdown, turnover, fees and the fill rate of passive
+orders; `evaluate_policy` scores a named baseline with it and foxhunt_ray.evaluate scores a trained agent with
+the same loop, on the same seeds, so every policy meets the same episodes (docs/evaluation.md).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from lobsim_env.agent import N_ACTIONS, Action
 from lobsim_env.config import MarketConfig
-from lobsim_env.core import obs_index
+from lobsim_env.core import SyntheticMarket, obs_index
 from lobsim_env.env import LobVectorEnv
 
 Policy = Callable[[np.ndarray, LobVectorEnv, np.random.Generator], np.ndarray]
@@ -64,35 +70,169 @@ def oracle(obs: np.ndarray, env: LobVectorEnv, rng: np.random.Generator) -> np.n
 
 
 POLICIES: dict[str, Policy] = {"flat": flat, "random": random, "imbalance": imbalance, "oracle": oracle}
+NEEDS_LATENT_REGIME = frozenset({"oracle"})
+"""Baselines that read the synthetic market's hidden regime: there is none in a LOBSTER replay."""
+
+
+def _new_order_size(size0: np.ndarray, price0: np.ndarray, size1: np.ndarray, price1: np.ndarray) -> np.ndarray:
+    """Contracts of the resting orders an action placed, summed over sides ([..., 2] before / after it).
+
+    An order is new where there is one after the action and there was none before, or it sits at another
+    price; a join at the price where the agent already rests keeps that order (and its queue place).
+    """
+    new = (size1 > 0) & ((size0 == 0) | (price0 != price1))
+    return np.where(new, size1, 0).sum(axis=-1)
+
+
+class _OrderTape:
+    """Per step and book: the agent's taker contracts and the contracts of passive orders it posted.
+
+    A step's `fills` are taker and passive contracts together; the split exists only where the action meets
+    the book, in the market's `_act`. The tape wraps that method of this env's own market object (both the
+    synthetic and the replay market have one; nothing outside this env is touched) and records, per book,
+    what the action took at market and what it newly rested.
+    """
+
+    def __init__(self, env: LobVectorEnv):
+        B = env.num_envs
+        self.taker = np.zeros(B, np.int64)
+        self.posted = np.zeros(B, np.int64)
+        market = env.market
+        act = market._act
+        if isinstance(market, SyntheticMarket):
+
+            def tapped(state, actions):
+                b = state.book
+                size0, tick0 = b.own_size.copy(), b.own_tick.copy()
+                qty, cash = act(state, actions)
+                self.taker[:] = qty
+                self.posted[:] = _new_order_size(size0, tick0, b.own_size, b.own_tick)
+                return qty, cash
+
+        else:  # the replay market acts book by book
+
+            def tapped(state, r, action, **where):
+                size0, price0 = state.own_size[r].copy(), state.own_price[r].copy()
+                taken, fee = act(state, r, action, **where)
+                self.taker[r] = taken
+                self.posted[r] = _new_order_size(size0, price0, state.own_size[r], state.own_price[r])
+                return taken, fee
+
+        market._act = tapped
+
+    def clear(self) -> None:
+        self.taker[:] = 0
+        self.posted[:] = 0
+
+
+@dataclass(kw_only=True, frozen=True)
+class EpisodeResults:
+    """Per-episode totals of one policy over `episodes` episodes of `steps` steps (arrays [episodes])."""
+
+    seed: int
+    """Book i of the episodes was seeded seed + i."""
+    steps: int
+    pnl_usd: np.ndarray
+    """Final marked-to-market equity, net of fees (the sum of the step rewards)."""
+    max_drawdown_usd: np.ndarray
+    """Largest fall of the equity curve (0 at the start, then after every step) below its running maximum."""
+    fills: np.ndarray
+    """Sum over steps of |signed contracts filled| (taker and passive of a step netted, as `info['fills']`)."""
+    taker_contracts: np.ndarray
+    """Contracts the agent's market orders filled."""
+    passive_filled: np.ndarray
+    """Contracts the agent's resting orders filled: sum over steps of |fills - taker contracts|."""
+    passive_posted: np.ndarray
+    """Contracts of the resting orders the agent newly placed."""
+    fees_usd: np.ndarray
+
+    def metrics(self) -> dict[str, Any]:
+        """The summary over episodes (docs/evaluation.md defines each); None where it is 0/0."""
+        n = self.pnl_usd.shape[0]
+        mean, std = float(self.pnl_usd.mean()), float(self.pnl_usd.std())
+        posted = int(self.passive_posted.sum())
+        out = {
+            "pnl_usd_mean": mean,
+            "pnl_usd_std": std,
+            "pnl_usd_sem": std / float(np.sqrt(n)),
+            "sharpe": mean / std if std > 0 else None,
+            "max_drawdown_usd": float(self.max_drawdown_usd.mean()),
+            "max_drawdown_usd_worst": float(self.max_drawdown_usd.max()),
+            "turnover": float((self.taker_contracts + self.passive_filled).mean()),
+            "fills_mean": float(self.fills.mean()),
+            "taker_contracts_mean": float(self.taker_contracts.mean()),
+            "passive_filled_mean": float(self.passive_filled.mean()),
+            "passive_posted_mean": float(self.passive_posted.mean()),
+            "fees_usd_mean": float(self.fees_usd.mean()),
+            "fill_rate": int(self.passive_filled.sum()) / posted if posted else None,
+        }
+        if std == 0:
+            out["sharpe_note"] = "null: the PnL is the same in every episode (std 0)"
+        if not posted:
+            out["fill_rate_note"] = "null: no passive order was posted (0/0)"
+        return out
+
+
+def run_episodes(
+    config: MarketConfig,
+    policy: Policy,
+    episodes: int,
+    seed: int,
+    *,
+    rng_seed: int | None = None,
+) -> EpisodeResults:
+    """Plays `episodes` full episodes, one per book of a LobVectorEnv reset with `seed` (book i: seed + i).
+
+    The episodes depend only on (config, seed), never on the policy's name, so policies run with the same
+    seed meet the same flow (as far as their own orders leave it unchanged: docs/evaluation.md). `rng` of
+    the policy is np.random.default_rng(rng_seed, default seed).
+    """
+    if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 1:
+        raise ValueError(f"episodes={episodes!r} must be an int >= 1")
+    if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
+        raise ValueError(f"seed={seed!r} must be an int >= 0")
+    env = LobVectorEnv(episodes, config)
+    tape = _OrderTape(env)
+    rng = np.random.default_rng(seed if rng_seed is None else rng_seed)
+    obs, _ = env.reset(seed=int(seed))
+    z = np.zeros(episodes, np.int64)
+    fills, taker, passive, posted = z.copy(), z.copy(), z.copy(), z.copy()
+    fees, peak, drawdown = np.zeros(episodes), np.zeros(episodes), np.zeros(episodes)
+    equity = np.zeros(episodes)
+    for _ in range(config.horizon):
+        tape.clear()
+        obs, _, _, _, info = env.step(policy(obs, env, rng))
+        step_fills = info["fills"]
+        fills += np.abs(step_fills)
+        taker += np.abs(tape.taker)
+        passive += np.abs(step_fills - tape.taker)
+        posted += tape.posted
+        fees += info["fees_usd"]
+        equity = info["equity_usd"]
+        np.maximum(peak, equity, out=peak)
+        np.maximum(drawdown, peak - equity, out=drawdown)
+    env.close()
+    return EpisodeResults(
+        seed=int(seed),
+        steps=config.horizon,
+        pnl_usd=np.asarray(equity, np.float64).copy(),
+        max_drawdown_usd=drawdown,
+        fills=fills,
+        taker_contracts=taker,
+        passive_filled=passive,
+        passive_posted=posted,
+        fees_usd=fees,
+    )
 
 
 def evaluate_policy(config: MarketConfig, policy_name: str, episodes: int, seed: int) -> dict[str, Any]:
     """Runs `episodes` full episodes (one per book of a LobVectorEnv seeded `seed`) under a named policy.
 
-    Returns the mean, standard deviation and standard error of the final pnl_usd over episodes, and the
-    mean contracts filled and fees paid per episode.
+    Returns the name, the episode count and `EpisodeResults.metrics()`: the mean, standard deviation and
+    standard error of the final pnl_usd over episodes, the Sharpe-like ratio, drawdown, turnover, the mean
+    contracts filled and fees paid per episode, and the fill rate of passive orders.
     """
     if policy_name not in POLICIES:
         raise ValueError(f"policy_name={policy_name!r} must be one of {sorted(POLICIES)}")
-    if not isinstance(episodes, int) or episodes < 1:
-        raise ValueError(f"episodes={episodes!r} must be an int >= 1")
-    policy = POLICIES[policy_name]
-    env = LobVectorEnv(episodes, config)
-    rng = np.random.default_rng(seed)
-    obs, info = env.reset(seed=seed)
-    fills = np.zeros(episodes, np.int64)
-    fees = np.zeros(episodes)
-    for _ in range(config.horizon):
-        obs, _, _, _, info = env.step(policy(obs, env, rng))
-        fills += np.abs(info["fills"])
-        fees += info["fees_usd"]
-    pnl = info["pnl_usd"]
-    return {
-        "policy": policy_name,
-        "episodes": episodes,
-        "pnl_usd_mean": float(pnl.mean()),
-        "pnl_usd_std": float(pnl.std()),
-        "pnl_usd_sem": float(pnl.std() / np.sqrt(episodes)),
-        "fills_mean": float(fills.mean()),
-        "fees_usd_mean": float(fees.mean()),
-    }
+    results = run_episodes(config, POLICIES[policy_name], episodes, seed)
+    return {"policy": policy_name, "episodes": episodes, **results.metrics()}
