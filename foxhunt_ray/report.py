@@ -322,6 +322,7 @@ def status_cell(run: Run) -> str:
         rule, step, values = run.kill.get("rule"), run.kill.get("step"), run.kill.get("values") or {}
         if rule == RULE_QPA:
             what = f"qpa_ema={format_value('qpa_ema', values.get('qpa_ema'))}"
+            what += f" < {values['threshold']:g}" if isinstance(values.get("threshold"), int | float) else ""
         elif rule == RULE_NON_FINITE:
             bad = [k for k in values if k != "nan_abort_step"]
             what = f"{bad[0]}={values[bad[0]]}" + (f" (+{len(bad) - 1} more)" if len(bad) > 1 else "") if bad else ""
@@ -385,7 +386,10 @@ def _cell(text: str) -> str:
 
 
 def runs_table(runs: Sequence[Run], steps: Sequence[int] | None = None) -> str:
-    """The markdown table, one row per run, values at `steps` (default_steps when None)."""
+    """The markdown table, one row per run, values at `steps` (default_steps when None). Labels the runs when they
+    are not labelled yet."""
+    if any(not r.label for r in runs):
+        label_runs(runs)
     steps = list(steps) if steps else default_steps(runs)
     rows = table_rows(runs, steps)
     with_eval = any(r.evaluation is not None for r in runs)
@@ -509,6 +513,11 @@ def plot_pnl(runs: Sequence[Run], max_points: int = MAX_POINTS) -> Figure | None
     return fig
 
 
+def _groups(have: list[tuple[int, Run]], key: Callable[[Run], float]) -> list[tuple[float, list[tuple[int, Run]]]]:
+    """(value, the (index, run) pairs that have it) for each distinct key(run), in increasing value."""
+    return [(v, [(i, r) for i, r in have if key(r) == v]) for v in sorted({key(r) for _, r in have})]
+
+
 def plot_qpa(runs: Sequence[Run], max_points: int = MAX_POINTS) -> Figure | None:
     have = [(i, r) for i, r in enumerate(runs) if "qpa" in r.columns or "qpa_ema" in r.columns]
     if not have:
@@ -522,19 +531,20 @@ def plot_qpa(runs: Sequence[Run], max_points: int = MAX_POINTS) -> Figure | None
             ax.plot(*_series(r, "qpa_ema", max_points), color=c, linewidth=2.2, label=f"{r.label} qpa_ema")
         _mark_kill(ax, r, c)
     x_max = max(r.last_step for _, r in have)
-    for threshold in sorted({r.kill_config.qpa_ema_min for _, r in have}):
-        who = [r.label for _, r in have if r.kill_config.qpa_ema_min == threshold]
-        note = "" if len(who) == len(have) else f" ({', '.join(who)})"
-        ax.axhline(
-            threshold, color="crimson", linestyle="--", linewidth=1.2, label=f"kill: qpa_ema < {threshold:g}{note}"
-        )
-    for warmup in sorted({r.kill_config.qpa_warmup_steps for _, r in have}):
-        who = [r.label for _, r in have if r.kill_config.qpa_warmup_steps == warmup]
-        note = "" if len(who) == len(have) else f" ({', '.join(who)})"
+    # One line per distinct threshold; one shared by every run is crimson / grey, else it takes its runs' colour
+    # (the first of them) and names them.
+    for threshold, who in _groups(have, lambda r: r.kill_config.qpa_ema_min):
+        shared = len(who) == len(have)
+        note = "" if shared else f" ({', '.join(r.label for _, r in who)})"
+        colour = "crimson" if shared else _colour(who[0][0])
+        ax.axhline(threshold, color=colour, linestyle="--", linewidth=1.2, label=f"kill: qpa_ema < {threshold:g}{note}")
+    for warmup, who in _groups(have, lambda r: r.kill_config.qpa_warmup_steps):
+        shared = len(who) == len(have)
+        note = "" if shared else f" ({', '.join(r.label for _, r in who)})"
         if warmup <= x_max:
-            ax.axvline(
-                warmup, color="0.3", linestyle="-.", linewidth=1.0, label=f"qpa warm-up ends: step {warmup}{note}"
-            )
+            colour = "0.3" if shared else _colour(who[0][0])
+            label = f"qpa warm-up ends: step {warmup}{note}"
+            ax.axvline(warmup, color=colour, linestyle="-.", linewidth=1.0, label=label)
         else:
             ax.plot([], [], " ", label=f"qpa warm-up: {warmup} steps, beyond the plot{note}")
     ax.set_ylim(-1.05, 1.05)
