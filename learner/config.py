@@ -1,7 +1,9 @@
 """LearnerConfig: network sizes, losses, optimiser and replay of the learner (DESIGN.md, learner section).
 
-Sizes are config; the semantics (which head feeds which loss) are fixed in code. `errors()` returns every bad
-value with the fix, and the caller (foxhunt_ray.config.RunConfig) raises them together.
+Sizes are config; the semantics (which head feeds which loss) are fixed in code, except for the switches that
+replay the seed's failed designs as ablations (c51_scalar_v, iqn_dueling, iqn_baseline: all off in Plan A v2
+and Phase 4). `errors()` returns every bad value with the fix, and the caller (foxhunt_ray.config.RunConfig)
+raises them together.
 """
 
 from __future__ import annotations
@@ -12,6 +14,10 @@ from typing import Literal
 
 DuelingMode = Literal["off", "diagnostic", "baseline"]
 DUELING_MODES: tuple[str, ...] = ("off", "diagnostic", "baseline")
+IqnDueling = Literal["off", "composed", "dual"]
+IQN_DUELING_MODES: tuple[str, ...] = ("off", "composed", "dual")
+IqnBaseline = Literal["off", "v_iqn", "blend"]
+IQN_BASELINES: tuple[str, ...] = ("off", "v_iqn", "blend")
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -65,6 +71,21 @@ class LearnerConfig:
     """Weight of the IQN quantile Huber loss."""
     dueling_mode: DuelingMode = "off"
     """off: no dueling head; diagnostic: trains, V_dq only logged; baseline: V_dq is the GAE baseline."""
+    # --- the seed's failed designs, kept as ablation switches (foxhunt_ray/presets.py; docs/learner.md) ---
+    c51_scalar_v: bool = False
+    """Phase 2 v2: C51 logits = V(s) + A(s,a,z) - mean_a A(s,a,z) with a scalar V head; V gets no gradient
+    (pearl_scalar_v_with_categorical_ce_is_noop), but the per-atom centring does change C51."""
+    iqn_dueling: IqnDueling = "off"
+    """Phase 3.1: IQN split into V(s,tau) + A(s,a,tau) - mean_a A; 'composed' feeds the centred Q to q_ens,
+    'dual' feeds the raw A + bias (3.1-fix); the Huber loss trains composed Q in both
+    (pearl_complement_internal_loss_vs_external_consumers)."""
+    iqn_baseline: IqnBaseline = "off"
+    """Phase 3.2: GAE baseline 'v_iqn' = mean_a E_tau Q_IQN, or 'blend' (3.2c) alpha*V_scalar + (1-alpha)*V_IQN;
+    needs iqn_dueling (pearl_complement_architectures_must_be_calibrated_when_mixed)."""
+    alpha_start_step: int = 200
+    """Phase 3.2c blend: alpha = 1 (baseline exactly V_scalar) at learner steps <= this (seed: 2000 of 20k)."""
+    alpha_end_step: int = 1000
+    """Phase 3.2c blend: alpha falls linearly to 0 at this learner step, then stays 0 (seed: 10000 of 20k)."""
     # --- optimiser ---
     lr: float = 2.5e-4
     """Adam learning rate of the main network (encoder, C51, IQN, pi, V_scalar)."""
@@ -169,6 +190,32 @@ class LearnerConfig:
         if ok("polyak_tau"):
             need(0 < self.polyak_tau <= 1, "polyak_tau", "must be in (0, 1]")
         need(self.dueling_mode in DUELING_MODES, "dueling_mode", f"must be one of {list(DUELING_MODES)}")
+        need(isinstance(self.c51_scalar_v, bool), "c51_scalar_v", "must be a bool")
+        need(self.iqn_dueling in IQN_DUELING_MODES, "iqn_dueling", f"must be one of {list(IQN_DUELING_MODES)}")
+        need(self.iqn_baseline in IQN_BASELINES, "iqn_baseline", f"must be one of {list(IQN_BASELINES)}")
+        if self.iqn_baseline in IQN_BASELINES[1:]:
+            need(
+                self.iqn_dueling != "off",
+                "iqn_baseline",
+                "needs learner.iqn_dueling='composed' or 'dual' (V_IQN is the dueling IQN's V)",
+            )
+            need(
+                self.dueling_mode != "baseline",
+                "iqn_baseline",
+                "conflicts with learner.dueling_mode='baseline' (V_dq is then the GAE baseline): pick one",
+            )
+        steps_ok = True
+        for name in ("alpha_start_step", "alpha_end_step"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                need(False, name, "must be an int >= 0")
+                steps_ok = False
+        if steps_ok:
+            need(
+                self.alpha_end_step > self.alpha_start_step,
+                "alpha_end_step",
+                f"must be > learner.alpha_start_step={self.alpha_start_step}",
+            )
         need(
             isinstance(self.replay_min_size, int)
             and not isinstance(self.replay_min_size, bool)

@@ -17,6 +17,10 @@ from Python and ~12 host syncs. Three changes remove that overhead without chang
    what the eager update would (and checkpoints resume the same streams). Validation, n-step returns and
    the replay-ring write also stay outside (host-side or data-dependent).
 
+The ablation switches (LearnerConfig.c51_scalar_v, iqn_dueling, iqn_baseline) run in the graph unchanged: they
+live in the Learner's loss code the body calls. Phase 3.2c's alpha changes every step, so it is not a captured
+constant but a device scalar (Learner.baseline_alpha) written before each replay, like the loss scale.
+
 On CPU `GraphUpdate(capture=False)` runs the same body eagerly: that is how tests check it.
 """
 

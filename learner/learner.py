@@ -7,6 +7,10 @@ Per update: validate the rollout, add its n-step transitions to replay, then one
   - the DuelingQHead's own Huber Bellman loss on a detached h, with its own Adam and its own clipping;
 then Polyak-update both target copies. The dueling head is fully encapsulated: in "diagnostic" mode the
 main network trains to bit-identical parameters as with no dueling head at all (tests/test_pearls.py).
+
+The seed's failed designs run here too, as ablations (LearnerConfig.c51_scalar_v, iqn_dueling, iqn_baseline;
+foxhunt_ray/presets.py): they change what MainNet's heads hand their consumers and which V is the GAE baseline,
+nothing else; off, every path below is Plan A v2's, op for op (tests/test_ablations.py).
 """
 
 from __future__ import annotations
@@ -25,7 +29,6 @@ from learner import losses as L
 from learner import ops
 from learner.config import LearnerConfig
 from learner.network import (
-    HEAD_GROUPS,
     DuelingQHead,
     MainNet,
     flatten_parameters_,
@@ -37,6 +40,11 @@ from learner.replay import OnPolicyQueue, ReplayBuffer, Rollout, nstep_transitio
 CHECKPOINT_FORMAT = "foxhunt_ray.learner/1"
 _EXECUTION_ONLY = frozenset({"cuda_graph"})  # config fields that change how, not what, a learner computes
 _DUELING_SEED_OFFSET = 0x5EED  # the dueling head's own generator: seeded apart from the main net's RNG
+_CONFIG_DEFAULTS = {f.name: f.default for f in dataclasses.fields(LearnerConfig)}
+V_IQN_MEAN = "v_iqn_mean"
+"""Diag key (iqn_baseline on): mean V_IQN over the rollout's valid states, beside v_scalar_mean (its scale)."""
+BASELINE_ALPHA = "baseline_alpha"
+"""Diag key (iqn_baseline='blend'): this step's alpha in alpha*V_scalar + (1-alpha)*V_IQN."""
 
 
 class _Trainable:
@@ -121,10 +129,18 @@ class Learner:
         # The main net is built from its own seeded stream; the caller's global RNG is left as it was.
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
-            net = MainNet(obs_dim, n_actions, cfg.hidden_dim, cfg.encoder_layers, cfg.n_atoms)
+            net = MainNet(
+                obs_dim,
+                n_actions,
+                cfg.hidden_dim,
+                cfg.encoder_layers,
+                cfg.n_atoms,
+                c51_scalar_v=cfg.c51_scalar_v,
+                iqn_dueling=cfg.iqn_dueling,
+            )
         self.main = _Trainable(net.to(self.device), cfg.lr, cfg.adam_eps, cfg.grad_clip, graphed)
         self.net: MainNet = self.main.net
-        self.groups = group_slices(self.net, HEAD_GROUPS)
+        self.groups = group_slices(self.net, self.net.groups)
         self.dueling: _Trainable | None = None
         if cfg.dueling_mode != "off":
             head = DuelingQHead(cfg.hidden_dim, n_actions, seed=seed + _DUELING_SEED_OFFSET)
@@ -133,6 +149,8 @@ class Learner:
             )
         self.support = torch.linspace(cfg.v_min, cfg.v_max, cfg.n_atoms, device=self.device)
         self.gen = torch.Generator(device=self.device).manual_seed(seed)  # IQN tau samples
+        # Phase 3.2c's alpha of this step, a device tensor written before each update (a CUDA graph reads it)
+        self.baseline_alpha = torch.ones((), device=self.device)
         self.replay = ReplayBuffer(cfg.replay_capacity, obs_dim, self.device, seed + 1)
         self.queue = OnPolicyQueue()
         self.step = 0
@@ -159,6 +177,8 @@ class Learner:
             self.queue.push(host.to(self.device, non_blocking=True))
             ro = self.queue.pop()
         self.step += 1
+        if cfg.iqn_baseline == "blend":
+            self.baseline_alpha.fill_(L.blend_alpha(self.step, cfg.alpha_start_step, cfg.alpha_end_step))
         if self.graph is not None and q_trained:
             keys, stacked = self.graph.run(ro, inject_nan=cfg.inject_nan_at == self.step)
             return self._finish(keys, stacked.tolist(), ro, q_trained)  # one device sync
@@ -212,7 +232,8 @@ class Learner:
         return result
 
     def _policy_losses(self, ro: Mapping[str, torch.Tensor], out: dict) -> tuple[torch.Tensor, ...]:
-        """(l_pi, entropy, l_distill, l_v) on the rollout's valid steps; GAE baseline per dueling_mode.
+        """(l_pi, entropy, l_distill, l_v) on the rollout's valid steps; GAE baseline per dueling_mode and
+        iqn_baseline (_gae_baseline).
 
         `ro` holds the rollout's columns by name (Rollout.to_dict(), or the CUDA graph's static buffers).
         Every loss and diag mean runs over all T*B rows with the valid mask as row mask, never indexing the
@@ -231,12 +252,7 @@ class Learner:
         logits = self.net.pi(h_t)
         with torch.no_grad():
             q_ens = self.net.q_ens(h_t, self.support, cfg.ensemble_w, cfg.iqn_taus)
-            baseline = v_all
-            if self.dueling is not None:
-                v_dq_all = self.dueling.net(h_all.detach())[0]
-                out[D.V_DQ_MEAN] = L.masked_mean(v_dq_all[:tb], valid)
-                if cfg.dueling_mode == "baseline":  # Phase 4.3: V_dq and V_dq(s_{t+1}) are the GAE baseline
-                    baseline = v_dq_all
+            baseline = self._gae_baseline(h_all, v_all, valid, out)
             adv, ret = L.gae(
                 ro["rewards"] * cfg.reward_scale,
                 baseline[:tb].view(t_len, b),
@@ -264,6 +280,27 @@ class Learner:
         out[D.V_SCALAR_MEAN] = L.masked_mean(v_t.detach(), valid)
         out[D.Q_ENS_MEAN] = L.masked_mean(q_ens, valid)
         return l_pi, ent, l_distill, l_v
+
+    def _gae_baseline(self, h_all: torch.Tensor, v_all: torch.Tensor, valid: torch.Tensor, out: dict) -> torch.Tensor:
+        """V at s_t for t = 0..T, [(T+1)B] (no grad): V_scalar (Plan A v2), V_dq (Phase 4.3), V_IQN (Phase 3.2)
+        or alpha*V_scalar + (1-alpha)*V_IQN (Phase 3.2c; alpha = 1 gives V_scalar bit for bit)."""
+        cfg, tb = self.cfg, valid.shape[0]
+        baseline = v_all
+        if self.dueling is not None:
+            v_dq_all = self.dueling.net(h_all.detach())[0]
+            out[D.V_DQ_MEAN] = L.masked_mean(v_dq_all[:tb], valid)
+            if cfg.dueling_mode == "baseline":  # Phase 4.3: V_dq and V_dq(s_{t+1}) are the GAE baseline
+                baseline = v_dq_all
+        if cfg.iqn_baseline != "off":
+            v_iqn_all = self.net.v_iqn(h_all, cfg.iqn_taus)
+            out[V_IQN_MEAN] = L.masked_mean(v_iqn_all[:tb], valid)
+            if cfg.iqn_baseline == "v_iqn":
+                baseline = v_iqn_all
+            else:
+                alpha = self.baseline_alpha
+                baseline = alpha * v_all + (1.0 - alpha) * v_iqn_all
+                out[BASELINE_ALPHA] = alpha
+        return baseline
 
     def _parts(self) -> list[_Trainable]:
         return [self.main] if self.dueling is None else [self.main, self.dueling]
@@ -334,15 +371,16 @@ class Learner:
             p_next = tgt.c51_logits(h_next_tgt)[rows, a_c51].softmax(-1)
             m = L.c51_target(p_next, s["ret"], s["discount"], cfg.v_min, cfg.v_max)
             # IQN, double DQN: a* from the online quantile mean, T' target quantiles at a*.
-            a_iqn = net.iqn(h_next, quantile_midpoints(n, cfg.iqn_target_taus, h_next)).mean(1).argmax(-1)
+            midpoints = quantile_midpoints(n, cfg.iqn_target_taus, h_next)
+            a_iqn = net.iqn_quantiles(h_next, midpoints).mean(1).argmax(-1)
             if tau_next is None:
                 tau_next = torch.rand(n, cfg.iqn_target_taus, generator=self.gen, device=self.device)
-            q_next = _at_action(tgt.iqn(h_next_tgt, tau_next), a_iqn)
+            q_next = _at_action(tgt.iqn_quantiles(h_next_tgt, tau_next), a_iqn)
             iqn_target = s["ret"][:, None] + s["discount"][:, None] * q_next
         l_c51 = L.c51_cross_entropy(net.c51_logits(h)[rows, s["action"]], m)
         if tau is None:
             tau = torch.rand(n, cfg.iqn_taus, generator=self.gen, device=self.device)
-        l_iqn = L.iqn_loss(_at_action(net.iqn(h, tau), s["action"]), tau, iqn_target, cfg.huber_kappa)
+        l_iqn = L.iqn_loss(_at_action(net.iqn_quantiles(h, tau), s["action"]), tau, iqn_target, cfg.huber_kappa)
         l_dueling = torch.zeros((), device=self.device)
         if self.dueling is not None:  # h detached: this loss reaches w_v, b_v, w_a, b_a and nothing else
             q_dq = self.dueling.net(h.detach())[2]
@@ -392,9 +430,10 @@ class Learner:
             got = sd.get("format") if isinstance(sd, dict) else type(sd).__name__
             raise ValueError(f"not a learner checkpoint: format={got!r}, expected {CHECKPOINT_FORMAT!r}")
         mine = dataclasses.asdict(self.cfg)
-        diff = sorted(
-            k for k in (set(mine) | set(sd["config"])) - _EXECUTION_ONLY if mine.get(k) != sd["config"].get(k)
-        )
+        # A field added since the checkpoint was written is absent from its config: it ran with the default
+        # (every new field defaults to what the code did before it existed).
+        theirs = {**_CONFIG_DEFAULTS, **sd["config"]}
+        diff = sorted(k for k in (set(mine) | set(theirs)) - _EXECUTION_ONLY if mine.get(k) != theirs.get(k))
         if diff or (sd["obs_dim"], sd["n_actions"]) != (self.obs_dim, self.n_actions):
             raise ValueError(
                 f"checkpoint was written by a different learner: config fields differ {diff}, "

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from learner import ops
 
 __all__ = [
+    "blend_alpha",
     "c51_cross_entropy",
     "c51_target",
     "distill_kl",
@@ -136,6 +137,17 @@ def dueling_loss(
     """
     y = ops.dueling_bellman_target(q_online_next.detach(), q_target_next.detach(), reward, discount)
     return ops.dueling_huber_loss(q, action, y, kappa)
+
+
+def blend_alpha(step: int, start: int, end: int) -> float:
+    """Phase 3.2c's alpha in V_used = alpha*V_scalar + (1-alpha)*V_IQN: 1 at steps <= start, 0 at steps >= end,
+    linear between. With alpha = 1 the baseline is V_scalar exactly, yet the seed's 3.2c run still collapsed:
+    the smoking gun that the breakage was Phase 3.1's, not the baseline's."""
+    if step <= start:
+        return 1.0
+    if step >= end:
+        return 0.0
+    return (end - step) / (end - start)
 
 
 def gae(

@@ -4,6 +4,10 @@ Layout (DESIGN.md): encoder obs -> h[B,H]; C51 logits [B,N,Z]; IQN quantiles [B,
 cosine embedding of tau multiplied into h; policy logits [B,N]; V_scalar [B]. The DuelingQHead has its own
 weights, its own RNG for initialisation and sees only a detached h: it must not perturb the other heads at
 all (the seed's Phase 4; every earlier way of mixing dueling into C51/IQN collapsed qpa on the cluster).
+
+Those earlier ways are kept as ablation switches (LearnerConfig.c51_scalar_v, .iqn_dueling): each adds one
+Linear(H, 1) head, built AFTER the Plan A v2 heads from the same seeded stream, so the shared heads start from
+the very weights plan_a_v2 starts from; with the switches off MainNet is Plan A v2's, parameter for parameter.
 """
 
 from __future__ import annotations
@@ -19,7 +23,9 @@ from learner import ops
 IQN_EMBED_DIM = 64
 """Cosine features of tau: cos(pi * i * tau), i = 0..63 (IQN paper)."""
 HEAD_GROUPS: tuple[str, ...] = ("encoder", "c51", "iqn", "pi", "v")
-"""Parameter groups of MainNet, in order; grad norms are reported per group."""
+"""Parameter groups of MainNet (Plan A v2), in order; grad norms are reported per group."""
+ABLATION_GROUPS: tuple[str, ...] = ("c51_v", "iqn_v")
+"""Extra groups of the ablation switches, after HEAD_GROUPS when present (MainNet.groups lists a net's own)."""
 
 
 def encoder_mlp(obs_dim: int, hidden_dim: int, layers: int) -> nn.Sequential:
@@ -52,33 +58,105 @@ class IQNHead(nn.Module):
         self.embed = nn.Linear(IQN_EMBED_DIM, hidden_dim)
         self.out = nn.Linear(hidden_dim, n_actions)
 
-    def forward(self, h: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
+    def features(self, h: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
+        """h * ReLU(Linear(cos-embedding(tau))): [B, T, H], what the output layer (and a dueling V) reads."""
         phi = torch.relu(self.embed(cosine_features(tau)))
-        return self.out(h[:, None, :] * phi)
+        return h[:, None, :] * phi
+
+    def forward(self, h: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
+        return self.out(self.features(h, tau))
 
 
 class MainNet(nn.Module):
-    """Encoder + C51 + IQN + pi + V_scalar (Plan A v2). Parameter order follows HEAD_GROUPS."""
+    """Encoder + C51 + IQN + pi + V_scalar (Plan A v2), plus the ablation heads its switches ask for.
 
-    def __init__(self, obs_dim: int, n_actions: int, hidden_dim: int, encoder_layers: int, n_atoms: int):
+    Parameter order follows `self.groups`: HEAD_GROUPS, then c51_v (c51_scalar_v) and iqn_v (iqn_dueling).
+    Every consumer reads the heads through c51_logits, iqn_quantiles and iqn_consumer_quantiles, so a switch
+    changes a head's output for all of them at once (as the seed's kernels did).
+    """
+
+    def __init__(
+        self,
+        obs_dim: int,
+        n_actions: int,
+        hidden_dim: int,
+        encoder_layers: int,
+        n_atoms: int,
+        *,
+        c51_scalar_v: bool = False,
+        iqn_dueling: str = "off",
+    ):
         super().__init__()
-        self.n_actions, self.n_atoms = n_actions, n_atoms
+        if iqn_dueling not in ("off", "composed", "dual"):
+            raise ValueError(f"iqn_dueling={iqn_dueling!r} must be 'off', 'composed' or 'dual'")
+        self.n_actions, self.n_atoms, self.iqn_dueling = n_actions, n_atoms, iqn_dueling
         self.encoder = encoder_mlp(obs_dim, hidden_dim, encoder_layers)
         self.c51 = nn.Linear(hidden_dim, n_actions * n_atoms)
         self.iqn = IQNHead(hidden_dim, n_actions)
         self.pi = nn.Linear(hidden_dim, n_actions)
         self.v = nn.Linear(hidden_dim, 1)
+        groups = list(HEAD_GROUPS)
+        # Built last: the Plan A v2 heads above have drawn their initial weights already.
+        self.c51_v: nn.Linear | None = None
+        self.iqn_v: nn.Linear | None = None
+        if c51_scalar_v:
+            self.c51_v = nn.Linear(hidden_dim, 1)
+            groups.append("c51_v")
+        if iqn_dueling != "off":
+            self.iqn_v = nn.Linear(hidden_dim, 1)
+            groups.append("iqn_v")
+        self.groups: tuple[str, ...] = tuple(groups)
 
     def c51_logits(self, h: torch.Tensor) -> torch.Tensor:
-        return self.c51(h).view(h.shape[0], self.n_actions, self.n_atoms)
+        """[B, N, Z]. With c51_scalar_v (Phase 2 v2) the head's output is read as A and composed per atom:
+        V(s) + A(s,a,z) - mean_a A(s,a,z). V cancels in every softmax over z, so it never gets a gradient
+        (pearl_scalar_v_with_categorical_ce_is_noop); the per-atom centring does not cancel: it forces
+        prod_a p(z|s,a) to be the same for every atom z, a constraint plain C51 does not have."""
+        a = self.c51(h).view(h.shape[0], self.n_actions, self.n_atoms)
+        if self.c51_v is None:
+            return a
+        return self.c51_v(h)[:, :, None] + a - a.mean(1, keepdim=True)
+
+    def iqn_split(self, h: torch.Tensor, tau: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(V[B, T, 1], A[B, T, N]) of the dueling IQN (Phase 3.1): both read h * phi(tau); A keeps its bias."""
+        if self.iqn_v is None:
+            raise RuntimeError("iqn_split needs a MainNet built with iqn_dueling='composed' or 'dual'")
+        x = self.iqn.features(h, tau)
+        return self.iqn_v(x), self.iqn.out(x)
+
+    def iqn_quantiles(self, h: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
+        """[B, T, N]: what the IQN quantile Huber loss trains (and its target and double-DQN a* read).
+
+        Plan A v2: the head's output. Dueling IQN: the composed Q(s,a,tau) = V + A - mean_a A, centred so that
+        mean_a Q(s,., tau) = V(s, tau) at every tau."""
+        if self.iqn_v is None:
+            return self.iqn(h, tau)
+        v, a = self.iqn_split(h, tau)
+        return v + a - a.mean(-1, keepdim=True)
+
+    def iqn_consumer_quantiles(self, h: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
+        """[B, T, N]: what q_ens (hence distillation, qpa) sees of IQN.
+
+        'composed' (Phase 3.1) hands the consumers the centred Q the loss trains; 'dual' (3.1-fix) hands them
+        the raw A + bias, uncentred like Plan A v2's output, while the loss still trains composed Q. Raw A has
+        Plan A v2's shape, but its gradient sums to zero over actions, so its weights learn deviations, not Q
+        values (pearl_complement_internal_loss_vs_external_consumers and its addendum)."""
+        if self.iqn_dueling == "dual":
+            return self.iqn_split(h, tau)[1]
+        return self.iqn_quantiles(h, tau)
 
     def value(self, h: torch.Tensor) -> torch.Tensor:
         return self.v(h).squeeze(-1)
 
     def q_ens(self, h: torch.Tensor, support: torch.Tensor, w: float, n_taus: int) -> torch.Tensor:
-        """w * E_C51[Q] + (1-w) * mean_tau IQN, both uncentred, IQN at the fixed quantile midpoints."""
-        quantiles = self.iqn(h, quantile_midpoints(h.shape[0], n_taus, h))
+        """w * E_C51[Q] + (1-w) * mean_tau IQN, IQN at the fixed quantile midpoints; both uncentred in Plan A v2."""
+        quantiles = self.iqn_consumer_quantiles(h, quantile_midpoints(h.shape[0], n_taus, h))
         return ops.ensemble_q(self.c51_logits(h), support, quantiles, w)
+
+    def v_iqn(self, h: torch.Tensor, n_taus: int) -> torch.Tensor:
+        """V_IQN(s) = mean_a E_tau Q(s, a, tau) [B] of the composed IQN Q, tau at the fixed midpoints (Phase 3.2):
+        exactly mean_tau V(s, tau) by the dueling identity, in IQN's scale, not C51's or V_scalar's."""
+        return self.iqn_quantiles(h, quantile_midpoints(h.shape[0], n_taus, h)).mean((1, 2))
 
 
 class PolicyNet(nn.Module):
@@ -174,13 +252,9 @@ def group_slices(module: nn.Module, groups: tuple[str, ...]) -> dict[str, slice]
 
 def policy_from_weights(weights: dict) -> PolicyNet:
     """Builds a PolicyNet from Learner.policy_weights() and loads its state strictly."""
-    missing = [
-        k for k in ("obs_dim", "n_actions", "hidden_dim", "encoder_layers", "state") if k not in weights
-    ]
+    missing = [k for k in ("obs_dim", "n_actions", "hidden_dim", "encoder_layers", "state") if k not in weights]
     if missing:
         raise ValueError(f"policy weights lack {missing}; pass what Learner.policy_weights() returns")
-    net = PolicyNet(
-        weights["obs_dim"], weights["n_actions"], weights["hidden_dim"], weights["encoder_layers"]
-    )
+    net = PolicyNet(weights["obs_dim"], weights["n_actions"], weights["hidden_dim"], weights["encoder_layers"])
     net.load_state_dict(weights["state"])
     return net
