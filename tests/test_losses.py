@@ -279,7 +279,8 @@ def test_config_errors_name_each_bad_value():
 
 
 def test_presets():
-    assert set(PRESET_NAMES) == {"plan_a_v2", "phase4_2", "phase4_3", "smoke"}
+    ablations = {"phase2_v2", "phase3_1", "phase3_2", "phase3_2c", "phase3_1_fix"}  # tests/test_ablations.py
+    assert set(PRESET_NAMES) == {"plan_a_v2", "phase4_2", "phase4_3", "smoke", *ablations}
     for name in PRESET_NAMES:
         assert preset(name).errors() == []
     assert preset("plan_a_v2").hidden_dim == 512
