@@ -1,0 +1,454 @@
+"""`python -m foxhunt_ray.evaluate RUN_DIR`: a run's checkpoint, acting greedily, beside the baselines.
+
+The agent (the run's newest checkpoint, or `--checkpoint`) plays the held-out episodes of the run's fold next
+to flat, random, order-book imbalance and, on the synthetic market, the oracle, all through the one loop of
+`lobsim_env.baselines.run_episodes` on the same seeds, so every policy meets the same episodes. The synthetic
+held-out day of fold k is `lobsim_env.folds.heldout_seed(k) + i` for book i, checked against every seed the
+run's training books had; `--lobster PATH` plays windows of a replayed LOBSTER day instead. It prints a table
+and writes RUN_DIR/evaluation.json (atomically); a bad input exits 1 with the value and the fix, and nothing
+in the run folder changes. Metrics and the file's schema: docs/evaluation.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import inspect
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from actors.learner_worker import RUN_CHECKPOINT_FORMAT, checkpoint_path, latest_checkpoint, list_checkpoints
+from foxhunt_ray import provenance
+from foxhunt_ray.config import RunConfig, from_dict
+from foxhunt_ray.driver import CONFIG_FILE, DriverConfig
+from foxhunt_ray.loops import RESUME_SEED_STRIDE
+from learner.config import LearnerConfig
+from learner.learner import CHECKPOINT_FORMAT as LEARNER_FORMAT
+from learner.network import MainNet, PolicyNet, flatten_parameters_, policy_from_weights
+from lobsim_env import ENV_ID, LobVectorEnv, MarketConfig
+from lobsim_env.baselines import NEEDS_LATENT_REGIME, POLICIES, Policy, run_episodes
+from lobsim_env.folds import HELDOUT_FOLD_STRIDE, heldout_seed
+from lobsim_env.replay_market import lobster_config
+
+EVALUATION_FILE = "evaluation.json"
+DEFAULT_EPISODES = 64
+AGENT = "agent"
+HEADS = ("pi", "q")
+"""The agent acts greedily on: pi (argmax of the policy logits, what the rollout actors sample from) or q
+(argmax of q_ens, the ensemble Q the policy is distilled from)."""
+METRIC_KEYS = (
+    "pnl_usd_mean",
+    "pnl_usd_std",
+    "pnl_usd_sem",
+    "sharpe",
+    "max_drawdown_usd",
+    "turnover",
+    "fees_usd_mean",
+    "fill_rate",
+)
+"""Keys every policy's entry in evaluation.json has (the report command reads them)."""
+_NET_FIELDS = ("hidden_dim", "encoder_layers", "n_atoms")
+"""Learner config fields that size the network the checkpoint's parameters fill."""
+_Q_FIELDS = ("v_min", "v_max", "ensemble_w", "iqn_taus")
+"""... and those q_ens reads (the C51 support, the ensemble weight, the IQN quantile midpoints)."""
+_MAX_SEED = 2**62
+
+
+class EvaluationError(ValueError):
+    """A bad run folder, checkpoint or option: the message names the value and the fix; nothing is written."""
+
+
+# ---- the run and its checkpoint -----------------------------------------------------------------------------
+
+
+def load_run(run_dir: str | Path) -> tuple[RunConfig, DriverConfig, dict]:
+    """The run's resolved RunConfig and DriverConfig from its config.json, and the whole file."""
+    path = Path(run_dir) / CONFIG_FILE
+    if not Path(run_dir).is_dir():
+        raise EvaluationError(f"RUN_DIR={run_dir} is not a folder: pass a run folder OUT/<code_sha>/<fold>/")
+    try:
+        saved = json.loads(path.read_text())
+        run = from_dict(RunConfig, saved["run"]).validate()
+        driver = from_dict(DriverConfig, saved["driver"])
+    except FileNotFoundError:
+        raise EvaluationError(
+            f"{path} does not exist: RUN_DIR must be a run folder OUT/<code_sha>/<fold>/ written by "
+            "`python -m foxhunt_ray.local` (it holds config.json and checkpoints/)"
+        ) from None
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise EvaluationError(f"{path} is unreadable ({err}); pass a run folder written by foxhunt_ray.local") from None
+    env_id = str(getattr(run, "env_id", ENV_ID))  # runs of older code stamped no env_id: they all trained on it
+    if env_id.rpartition(":")[2] != ENV_ID:
+        raise EvaluationError(
+            f"{run_dir} trained on env_id={env_id!r}: this evaluation plays the LOB market ({ENV_ID}) only "
+            "(its baselines and PnL metrics need it); pass a run trained on the market"
+        )
+    return run, driver, saved
+
+
+def resolve_checkpoint(run_dir: str | Path, checkpoint: str | Path | int | None) -> Path:
+    """The newest checkpoint of the run, or the named one: a learner step (10) or a file path."""
+    available = [s for s, _ in list_checkpoints(run_dir)]
+    if checkpoint is None:
+        found = latest_checkpoint(run_dir)
+        if found is None:
+            raise EvaluationError(
+                f"{Path(run_dir) / 'checkpoints'} holds no checkpoint (ckpt_<step>.pt): train the run past its "
+                "first --checkpoint-every updates, or resume it (a finished run always keeps one)"
+            )
+        return found[1]
+    if isinstance(checkpoint, int) or (isinstance(checkpoint, str) and checkpoint.isdigit()):
+        path = checkpoint_path(run_dir, int(checkpoint))
+    else:
+        path = Path(checkpoint)
+    if not path.is_file():
+        raise EvaluationError(
+            f"--checkpoint={checkpoint}: {path} does not exist; this run keeps checkpoints at steps {available} "
+            "(name one by its step or its path)"
+        )
+    return path
+
+
+def _read_checkpoint(path: Path) -> tuple[int, dict]:
+    """(step, the learner's state) of a run checkpoint; mmap: its replay buffer is never read."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception as err:  # torch raises several types for a damaged file; name the file and the fix
+        kept = [s for s, _ in list_checkpoints(path.parent.parent)]
+        raise EvaluationError(
+            f"cannot read checkpoint {path} ({type(err).__name__}: {err}); it is damaged or not a checkpoint: "
+            f"evaluate another one with --checkpoint STEP (this run keeps steps {kept})"
+        ) from None
+    if not isinstance(state, dict) or state.get("format") != RUN_CHECKPOINT_FORMAT:
+        got = state.get("format") if isinstance(state, dict) else type(state).__name__
+        raise EvaluationError(f"{path} is not a run checkpoint: format={got!r}, expected {RUN_CHECKPOINT_FORMAT!r}")
+    learner = state.get("learner")
+    if not isinstance(learner, dict) or learner.get("format") != LEARNER_FORMAT:
+        raise EvaluationError(f"{path} holds no learner state of format {LEARNER_FORMAT!r}: not a run checkpoint")
+    return int(state["step"]), learner
+
+
+def load_agent(path: Path, run: RunConfig, *, obs_dim: int, n_actions: int, head: str = "pi") -> tuple[Policy, int]:
+    """The checkpoint's network as a greedy baselines-style policy, and its learner step.
+
+    Only what acting needs is built: the main network (encoder, C51, IQN, pi, V) from the run's config.json,
+    its flat parameters copied in (MainNet's extra-head switches taken from the config, as the Learner does);
+    for head 'pi' the encoder + pi as the rollout actors' PolicyNet.
+    """
+    step, learner = _read_checkpoint(path)
+    cfg = run.learner
+    # Only the fields acting reads: a checkpoint of older code lacks later training-only fields, and that is fine.
+    switches = _net_switches(cfg)
+    needed = _NET_FIELDS + tuple(switches) + (_Q_FIELDS if head == "q" else ())
+    mine, theirs = dataclasses.asdict(cfg), learner.get("config", {})
+    diff = [k for k in needed if mine[k] != theirs.get(k)]
+    if diff:
+        shown = ", ".join(f"{k}={theirs.get(k)!r} (config.json: {mine[k]!r})" for k in diff)
+        raise EvaluationError(
+            f"{path} was written by another learner than this run's config.json describes: {shown}; "
+            "evaluate it in the run folder it came from"
+        )
+    if (learner.get("obs_dim"), learner.get("n_actions")) != (obs_dim, n_actions):
+        raise EvaluationError(
+            f"{path} was trained on obs_dim={learner.get('obs_dim')}, n_actions={learner.get('n_actions')}, but the "
+            f"evaluation market gives obs_dim={obs_dim}, n_actions={n_actions}: the observation has changed since "
+            "the run (evaluate with the code that trained it, e.g. git checkout its code_sha) or, for --lobster, "
+            "the replay market does not build the observation the policy was trained on"
+        )
+    with torch.random.fork_rng(devices=[]):  # the throwaway initial weights leave the caller's RNG alone
+        net = MainNet(obs_dim, n_actions, cfg.hidden_dim, cfg.encoder_layers, cfg.n_atoms, **switches)
+    flat, _ = flatten_parameters_(net)
+    saved = learner["main"]["flat"]
+    if tuple(saved.shape) != tuple(flat.shape):
+        raise EvaluationError(
+            f"{path} main.flat has {tuple(saved.shape)} parameters, the network of config.json (hidden_dim="
+            f"{cfg.hidden_dim}, encoder_layers={cfg.encoder_layers}, n_atoms={cfg.n_atoms}, obs_dim={obs_dim}) "
+            f"has {tuple(flat.shape)}: the checkpoint does not belong to this config"
+        )
+    with torch.no_grad():
+        flat.copy_(saved)
+    net.eval()
+    if head == "pi":
+        policy = policy_from_weights(
+            {
+                "obs_dim": obs_dim,
+                "n_actions": n_actions,
+                "hidden_dim": cfg.hidden_dim,
+                "encoder_layers": cfg.encoder_layers,
+                "state": {k: v for k, v in net.state_dict().items() if k.startswith(("encoder.", "pi."))},
+            }
+        ).eval()
+        return _greedy_pi(policy), step
+    support = torch.linspace(cfg.v_min, cfg.v_max, cfg.n_atoms)
+    return _greedy_q(net, support, cfg.ensemble_w, cfg.iqn_taus), step
+
+
+def _net_switches(cfg: LearnerConfig) -> dict[str, Any]:
+    """MainNet's keyword-only switches (extra heads) that are learner config fields, as the config sets them,
+    so the network built here has exactly the parameters of the learner that wrote the checkpoint."""
+    fields = {f.name for f in dataclasses.fields(cfg)}
+    params = inspect.signature(MainNet.__init__).parameters.values()
+    return {p.name: getattr(cfg, p.name) for p in params if p.kind is p.KEYWORD_ONLY and p.name in fields}
+
+
+def _greedy_pi(policy: PolicyNet) -> Policy:
+    def act(obs: np.ndarray, env: LobVectorEnv, rng: np.random.Generator) -> np.ndarray:
+        return policy.act(obs, greedy=True)[0]
+
+    return act
+
+
+def _greedy_q(net: MainNet, support: torch.Tensor, w: float, n_taus: int) -> Policy:
+    @torch.no_grad()
+    def act(obs: np.ndarray, env: LobVectorEnv, rng: np.random.Generator) -> np.ndarray:
+        h = net.encoder(torch.as_tensor(obs, dtype=torch.float32))
+        return net.q_ens(h, support, w, n_taus).argmax(-1).numpy().astype(np.int64)
+
+    return act
+
+
+# ---- the episodes ------------------------------------------------------------------------------------------
+
+
+def training_overlap(first: int, count: int, run: RunConfig, driver: DriverConfig, last_step: int) -> int | None:
+    """The first seed of first .. first+count-1 that a training book of the run may have had; None if none.
+
+    Training books are seeded run.seed + k * RESUME_SEED_STRIDE + j, j < rollout_workers * num_envs, with
+    k = 0 for a fresh run and k = the resume step for a resumed one; every k <= last_step is counted.
+    """
+    books = driver.rollout_workers * run.rollout.num_envs
+    d = np.arange(first, first + count, dtype=np.int64) - run.seed
+    k_hi = np.minimum(last_step, np.floor_divide(d, RESUME_SEED_STRIDE))
+    k_lo = np.maximum(0, -np.floor_divide(books - 1 - d, RESUME_SEED_STRIDE))
+    hit = np.flatnonzero((d >= 0) & (k_lo <= k_hi))
+    return int(first + hit[0]) if hit.size else None
+
+
+def evaluation_market(run: RunConfig, lobster_path: str | Path | None, horizon: int | None) -> tuple[MarketConfig, str]:
+    """The market of the evaluation and its label ('synthetic' or 'lobster:<file name>')."""
+    trained = run.market
+    if lobster_path is None:
+        if trained.source != "synthetic":
+            raise EvaluationError(
+                f"this run trained on the LOBSTER day {trained.lobster_path}: pass --lobster PATH with the day to "
+                "evaluate on (synthetic held-out days are for runs trained on the synthetic market)"
+            )
+        market = trained if horizon is None else dataclasses.replace(trained, horizon=horizon)
+        return market, "synthetic"
+    path = Path(lobster_path)
+    if not path.is_file():
+        raise EvaluationError(
+            f"--lobster={lobster_path} is not a file: pass a LOBSTER sample zip (message + orderbook)"
+        )
+    h = trained.horizon if horizon is None else horizon
+    if trained.source == "lobster":
+        market = dataclasses.replace(trained, lobster_path=str(path), horizon=h)
+    else:  # the equity contract of the replay market, the observation sized as the policy was trained
+        market = lobster_config(str(path), obs_levels=trained.obs_levels, horizon=h)
+    return market, f"lobster:{path.name}"
+
+
+def _spaces(market: MarketConfig) -> tuple[int, int]:
+    try:
+        env = LobVectorEnv(1, market)
+    except ValueError as err:  # a replay window longer than the day, a file without its orderbook, ...
+        raise EvaluationError(f"cannot build the evaluation market: {err} (the horizon is --horizon)") from None
+    return int(env.single_observation_space.shape[0]), int(env.single_action_space.n)
+
+
+def _check_options(episodes: Any, seed: Any, fold: Any, horizon: Any, head: Any) -> None:
+    errs = []
+    if isinstance(episodes, bool) or not isinstance(episodes, int) or not 1 <= episodes <= HELDOUT_FOLD_STRIDE:
+        errs.append(f"--episodes={episodes!r} must be an int in 1..{HELDOUT_FOLD_STRIDE} (one book per episode)")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < _MAX_SEED):
+        errs.append(f"--seed={seed!r} must be an int in 0..2**62-1 (or leave it out: the fold's held-out seed)")
+    if fold is not None and (isinstance(fold, bool) or not isinstance(fold, int) or fold < 0):
+        errs.append(f"--fold={fold!r} must be an int >= 0 (or leave it out: the run's own fold)")
+    if horizon is not None and (isinstance(horizon, bool) or not isinstance(horizon, int) or horizon < 1):
+        errs.append(f"--horizon={horizon!r} must be an int >= 1 (or leave it out: the run's market.horizon)")
+    if head not in HEADS:
+        errs.append(f"--policy={head!r} must be one of {list(HEADS)}")
+    if errs:
+        raise EvaluationError("; ".join(errs))
+
+
+def evaluate_run(
+    run_dir: str | Path,
+    *,
+    checkpoint: str | Path | int | None = None,
+    episodes: int = DEFAULT_EPISODES,
+    seed: int | None = None,
+    fold: int | None = None,
+    lobster_path: str | Path | None = None,
+    horizon: int | None = None,
+    head: str = "pi",
+    out: str | Path | None = None,
+    write: bool = True,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Evaluates a run's checkpoint greedily beside the baselines on the same held-out episodes.
+
+    checkpoint: None (the newest), a learner step or a path. seed: book 0's seed (default: the fold's
+    held-out seed, heldout_seed(fold), fold defaulting to the run's). lobster_path: play windows of that
+    LOBSTER day instead of synthetic days. horizon: steps per episode (default the run's). head: 'pi' or 'q'.
+    Writes the result to `out` (default RUN_DIR/evaluation.json) when `write`; returns it. Raises
+    EvaluationError on bad input, before anything is written.
+    """
+    _check_options(episodes, seed, fold, horizon, head)
+    run_dir = Path(run_dir)
+    run, driver, saved = load_run(run_dir)
+    ckpt = resolve_checkpoint(run_dir, checkpoint)
+    fold = driver.fold if fold is None else fold
+    eval_seed = heldout_seed(fold) if seed is None else seed
+    market, label = evaluation_market(run, lobster_path, horizon)
+    obs_dim, n_actions = _spaces(market)
+    agent, step = load_agent(ckpt, run, obs_dim=obs_dim, n_actions=n_actions, head=head)
+    held_out = True
+    if label == "synthetic":
+        last_step = max(step, driver.steps, *(s for s, _ in list_checkpoints(run_dir)))
+        clash = training_overlap(eval_seed, episodes, run, driver, last_step)
+        if clash is not None:
+            raise EvaluationError(
+                f"--seed={eval_seed}: book seed {clash} of the evaluation was a training book of this run (seeds "
+                f"{run.seed} + k*{RESUME_SEED_STRIDE} + 0..{driver.rollout_workers * run.rollout.num_envs - 1}); "
+                "leave --seed out to use the fold's held-out seed"
+            )
+    elif run.market.source == "lobster" and Path(run.market.lobster_path).name == Path(market.lobster_path).name:
+        held_out = False
+        if progress:
+            progress(f"warning: {label} is the day this run trained on: its windows are not held out")
+
+    policies: dict[str, Policy] = {AGENT: agent}
+    policies.update({n: p for n, p in POLICIES.items() if label == "synthetic" or n not in NEEDS_LATENT_REGIME})
+    results: dict[str, dict[str, Any]] = {}
+    for name, policy in policies.items():
+        start = time.perf_counter()
+        metrics = run_episodes(market, policy, episodes, eval_seed).metrics()
+        results[name] = metrics
+        if progress:
+            progress(
+                f"{name:<10} {episodes} episodes x {market.horizon} steps  pnl ${metrics['pnl_usd_mean']:,.0f} "
+                f"± {metrics['pnl_usd_sem']:,.0f}  ({time.perf_counter() - start:.1f} s)"
+            )
+    oracle = results.get("oracle", {}).get("pnl_usd_mean")
+    result = {
+        "run_dir": str(run_dir),
+        "checkpoint": str(ckpt),
+        "checkpoint_step": step,
+        "fold": fold,
+        "market": label,
+        "held_out": held_out,
+        "episodes": episodes,
+        "eval_seed": eval_seed,
+        "horizon": market.horizon,
+        "policy_head": head,
+        "run_code_sha": saved.get("code_sha"),
+        "code_sha": provenance.code_sha(),
+        "policies": results,
+        "oracle_fraction": results[AGENT]["pnl_usd_mean"] / oracle if oracle is not None and oracle > 0 else None,
+    }
+    if write:
+        _write_json(Path(out) if out is not None else run_dir / EVALUATION_FILE, result)
+    return result
+
+
+def _write_json(path: Path, doc: dict) -> None:
+    """Atomic: a temporary file beside it, then os.replace, so a reader never sees half a file."""
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        tmp.write_text(json.dumps(doc, indent=2, allow_nan=False) + "\n")
+        os.replace(tmp, path)
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        raise EvaluationError(f"cannot write {path} ({err}); pass a writable --out") from None
+
+
+# ---- the table and the command ----------------------------------------------------------------------------
+
+
+def format_table(result: dict[str, Any]) -> str:
+    """The printed table: one row per policy, the agent first."""
+
+    def num(v: float | None, fmt: str) -> str:
+        return "—" if v is None else format(v, fmt)
+
+    lines = [
+        f"{'policy':<10} {'pnl_usd mean':>13} {'± sem':>8} {'sharpe':>7} {'max_dd mean':>12} {'max_dd worst':>13} "
+        f"{'turnover':>9} {'fees/ep':>9} {'fill_rate':>9}"
+    ]
+    for name, m in result["policies"].items():
+        lines.append(
+            f"{name:<10} {m['pnl_usd_mean']:>13,.0f} {m['pnl_usd_sem']:>8,.0f} {num(m['sharpe'], '.3f'):>7} "
+            f"{m['max_drawdown_usd']:>12,.0f} {m['max_drawdown_usd_worst']:>13,.0f} {m['turnover']:>9.1f} "
+            f"{m['fees_usd_mean']:>9,.2f} {num(m['fill_rate'], '.3f'):>9}"
+        )
+    if result["oracle_fraction"] is not None:
+        lines.append(f"oracle fraction (agent / oracle mean pnl): {result['oracle_fraction']:+.3f}")
+    lines.append("— : 0/0 (sharpe: the same pnl in every episode; fill_rate: no passive order posted)")
+    return "\n".join(lines)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="python -m foxhunt_ray.evaluate",
+        description="A run's checkpoint, greedy, beside flat / random / imbalance / oracle on held-out episodes.",
+    )
+    p.add_argument("run_dir", metavar="RUN_DIR", help="a run folder OUT/<code_sha>/<fold>/")
+    p.add_argument("--checkpoint", default=None, help="a learner step (e.g. 100) or a checkpoint path (default newest)")
+    p.add_argument("--episodes", type=int, default=DEFAULT_EPISODES, help=f"episodes per policy ({DEFAULT_EPISODES})")
+    p.add_argument("--fold", type=int, default=None, help="held-out day of this fold (default the run's fold)")
+    p.add_argument("--seed", type=int, default=None, help="seed of book 0 (default heldout_seed(fold))")
+    p.add_argument("--lobster", default=None, metavar="PATH", help="evaluate on windows of this LOBSTER day")
+    p.add_argument("--horizon", type=int, default=None, help="steps per episode (default the run's market.horizon)")
+    p.add_argument("--policy", choices=HEADS, default="pi", help="act greedily on pi (default) or on q_ens")
+    p.add_argument(
+        "--out", default=None, metavar="PATH", help=f"where the JSON goes (default RUN_DIR/{EVALUATION_FILE})"
+    )
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Exit code 0 done, 1 a bad input (named, with the fix), 2 a usage error (argparse)."""
+    args = parse_args(argv)
+    torch.set_num_threads(1)  # batches of a few dozen observations: threads only cost here
+
+    def progress(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    try:
+        result = evaluate_run(
+            args.run_dir,
+            checkpoint=args.checkpoint,
+            episodes=args.episodes,
+            seed=args.seed,
+            fold=args.fold,
+            lobster_path=args.lobster,
+            horizon=args.horizon,
+            head=args.policy,
+            out=args.out,
+            progress=None if args.quiet else progress,
+        )
+    except EvaluationError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    print(
+        f"{result['run_dir']}: checkpoint {Path(result['checkpoint']).name} (step {result['checkpoint_step']}), "
+        f"greedy on {result['policy_head']}\nmarket {result['market']}, fold {result['fold']}, "
+        f"{result['episodes']} episodes x {result['horizon']} steps, books seeded {result['eval_seed']} + i"
+    )
+    print(format_table(result))
+    print(f"wrote {args.out or Path(args.run_dir) / EVALUATION_FILE}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
