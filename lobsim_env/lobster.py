@@ -111,9 +111,7 @@ def load_day(
     if levels is None:
         levels = file_levels
     if not isinstance(levels, int) or isinstance(levels, bool) or not 1 <= levels <= file_levels:
-        raise LobsterFormatError(
-            f"{path}: levels={levels!r} must be an integer in 1..{file_levels} (the file's depth)"
-        )
+        raise LobsterFormatError(f"{path}: levels={levels!r} must be an integer in 1..{file_levels} (the file's depth)")
     label = _label(path, msg_name)
     cols = _parse_messages(msg_text, label)
     time_ns, event_type, order_id, size, price, direction = cols
@@ -486,8 +484,7 @@ def _validate_book(label: str, book: np.ndarray, levels: int) -> None:
         lv, what = c // 4 + 1, ("ask_price", "ask_size", "bid_price", "bid_size")[c % 4]
         more = f" ({rows.size - 1} more rows like it)" if rows.size > 1 else ""
         raise LobsterFormatError(
-            f"{label}: row {i + 1}, column {c + 1} ({what}_{lv}): value {_shown(book[i, c])}; "
-            f"expected {expected}{more}"
+            f"{label}: row {i + 1}, column {c + 1} ({what}_{lv}): value {_shown(book[i, c])}; expected {expected}{more}"
         )
 
     for side, dummy in ((0, DUMMY_ASK_PRICE), (2, DUMMY_BID_PRICE)):
@@ -501,8 +498,11 @@ def _validate_book(label: str, book: np.ndarray, levels: int) -> None:
         if levels > 1:
             # Strictly away from the touch; dummies (the extreme values) can only follow occupied levels.
             ordered = (p[:, 1:] > p[:, :-1]) if side == 0 else (p[:, 1:] < p[:, :-1])
-            fail(~(ordered | empty[:, 1:]), side + 4, "levels ordered away from the best price, "
-                 "empty levels only after occupied ones")
+            fail(
+                ~(ordered | empty[:, 1:]),
+                side + 4,
+                "levels ordered away from the best price, empty levels only after occupied ones",
+            )
     # With prices validated, dummies can never cross: a dummy ask is above and a dummy bid below every price.
     crossed = np.flatnonzero(book[:, 2] >= book[:, 0])
     if crossed.size:

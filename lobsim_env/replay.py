@@ -316,7 +316,7 @@ def check(day: LobsterDay, result: ReplayResult | None = None, *, show: int = 5)
     m, levels = book.shape[0], day.levels
     differs = res.book != book
     # Per level: a (price, size) pair; undetermined if either entry is.
-    lvl_diff = (differs[:, 0::2] | differs[:, 1::2])
+    lvl_diff = differs[:, 0::2] | differs[:, 1::2]
     lvl_und = res.undetermined[:, 0::2] | res.undetermined[:, 1::2]
     bad_lvl = lvl_diff & ~lvl_und
     bad_row = bad_lvl.any(axis=1)
@@ -335,8 +335,12 @@ def check(day: LobsterDay, result: ReplayResult | None = None, *, show: int = 5)
             RowDifference(
                 row=int(k) + 1,
                 message=(
-                    int(day.time_ns[k]), int(day.event_type[k]), int(day.order_id[k]),
-                    int(day.size[k]), int(day.price[k]), int(day.direction[k]),
+                    int(day.time_ns[k]),
+                    int(day.event_type[k]),
+                    int(day.order_id[k]),
+                    int(day.size[k]),
+                    int(day.price[k]),
+                    int(day.direction[k]),
                 ),
                 replayed=tuple(int(v) for v in res.book[k]),
                 file=tuple(int(v) for v in book[k]),

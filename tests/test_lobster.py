@@ -61,7 +61,11 @@ def test_sample_zip_parses_exactly() -> None:
     assert day.time_ns[0] == 34_200_015_105_074
     assert day.time_ns[1] == 34_200_059_901_970  # "34200.05990197": 8 decimals, scaled not shifted
     assert (day.event_type[0], day.order_id[0], day.size[0], day.price[0], day.direction[0]) == (
-        4, 15818974, 4, 5794000, 1,
+        4,
+        15818974,
+        4,
+        5794000,
+        1,
     )
     assert day.book[0].tolist() == [5802300, 100, 5794000, 496]
     assert set(np.unique(day.event_type).tolist()) == {1, 2, 3, 4, 5}

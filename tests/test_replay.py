@@ -133,10 +133,17 @@ def small_day(messages: list[tuple[int, ...]], book: list[list[int]], levels: in
     m = len(messages)
     kind, size, price, direction = (np.array(c, np.int64) for c in zip(*messages, strict=True))
     return LobsterDay(
-        ticker="T", date="2012-06-21", levels=levels,
-        time_ns=np.arange(m, dtype=np.int64), event_type=kind.astype(np.int8), order_id=np.arange(m),
-        size=size, price=price, direction=direction.astype(np.int8),
-        book=np.array(book, np.int64).reshape(m, 4 * levels), source=Path("small"),
+        ticker="T",
+        date="2012-06-21",
+        levels=levels,
+        time_ns=np.arange(m, dtype=np.int64),
+        event_type=kind.astype(np.int8),
+        order_id=np.arange(m),
+        size=size,
+        price=price,
+        direction=direction.astype(np.int8),
+        book=np.array(book, np.int64).reshape(m, 4 * levels),
+        source=Path("small"),
     )
 
 
@@ -171,7 +178,16 @@ def test_every_transition_kind_by_hand() -> None:
     day = small_day(msgs, book)
     for res in (replay(day), replay_sequential(day)):
         assert res.effect.tolist() == [
-            SIZE_UP, INSERT, SIZE_DOWN, SIZE_DOWN, REMOVE, NO_EFFECT, NO_EFFECT, BEYOND_DEPTH, REMOVE, REMOVE,
+            SIZE_UP,
+            INSERT,
+            SIZE_DOWN,
+            SIZE_DOWN,
+            REMOVE,
+            NO_EFFECT,
+            NO_EFFECT,
+            BEYOND_DEPTH,
+            REMOVE,
+            REMOVE,
         ]
         assert res.level.tolist() == [0, 1, 1, 1, 1, -1, -1, -1, 0, 0]
         assert res.book.tolist() == book
@@ -237,7 +253,11 @@ def test_cli_runs_as_a_module() -> None:
     path = DATA / "LOBSTER_SampleFile_GOOG_2012-06-21_1.zip"
     proc = subprocess.run(
         [sys.executable, "-m", "lobsim_env.replay", str(path), "--check"],
-        cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     assert proc.returncode == 0, proc.stderr
     assert "49482 messages" in proc.stdout and "exception revealed_level: 11207 rows" in proc.stdout
