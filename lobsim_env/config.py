@@ -49,12 +49,17 @@ class SyntheticConfig:
     """Limit orders have a size uniform in 1..max_limit_size; cancels remove one unit, market orders 1-2."""
     queue_ref: int = 6
     """A cancel attempt at a level with q others succeeds with probability min(1, q / queue_ref)."""
-    regime_switch_prob: float = 0.01
-    """Per step, the latent regime (-1, 0, +1) jumps to one of the other two with this probability."""
+    regime_switch_prob: float = 0.005
+    """Per step, the latent regime (-1, 0, +1) jumps to one of the other two with this probability (mean stay
+    1 / p steps: 200). At 0.01 no policy that reads only the observation came near half the oracle's PnL
+    (docs/market.md, "How much of the signal can be seen")."""
     signal_strength: float = 0.3
     """0 = no signal. Market buys have probability x (1 + s * regime), sells x (1 - s * regime)."""
     flow_decay: float = 0.9
-    """The observed recent signed trade flow is an EMA with this decay per step."""
+    """The observed recent signed trade flow is an EMA with this decay per step (about a 10-step window)."""
+    slow_flow_decay: float = 0.98
+    """A second, slower EMA of the same flow is observed too (about a 50-step window): a regime lasts about
+    200 steps, and a 10-step window alone is too noisy to tell it (docs/market.md)."""
 
     def errors(self) -> list[str]:
         errs: list[str] = []
@@ -81,8 +86,10 @@ class SyntheticConfig:
             errs.append(f"{p}regime_switch_prob={self.regime_switch_prob!r} must be in [0, 1]")
         if not isinstance(self.signal_strength, int | float) or not 0 <= self.signal_strength <= 1:
             errs.append(f"{p}signal_strength={self.signal_strength!r} must be in [0, 1] (0 = no signal)")
-        if not isinstance(self.flow_decay, int | float) or not 0 <= self.flow_decay < 1:
-            errs.append(f"{p}flow_decay={self.flow_decay!r} must be in [0, 1)")
+        for name in ("flow_decay", "slow_flow_decay"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v < 1:
+                errs.append(f"{p}{name}={v!r} must be in [0, 1)")
         return errs
 
 

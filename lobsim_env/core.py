@@ -22,7 +22,7 @@ from lobsim_env.agent import apply_actions
 from lobsim_env.config import MarketConfig
 from lobsim_env.synthetic import SyntheticFlow, hash_draws
 
-OBS_FIXED = 11
+OBS_FIXED = 12
 """Observation entries besides the 4 * obs_levels book entries (see `observe`)."""
 
 
@@ -37,6 +37,7 @@ def obs_index(cfg: MarketConfig) -> dict[str, int]:
         "spread",
         "imbalance",
         "flow",
+        "flow_slow",
         "position",
         "own_bid_offset",
         "own_bid_size",
@@ -61,7 +62,9 @@ class MarketState:
     regime: np.ndarray
     """[B] latent regime in {-1, 0, +1} (hidden from the observation)."""
     flow: np.ndarray
-    """[B] float64 EMA of signed market-order volume (buys - sells) per step."""
+    """[B] float64 EMA of signed market-order volume (buys - sells) per step, decay flow_decay."""
+    flow_slow: np.ndarray
+    """[B] float64 the same EMA with decay slow_flow_decay."""
     position: np.ndarray
     """[B] contracts held (signed)."""
     cash_ticks: np.ndarray
@@ -80,6 +83,7 @@ class MarketState:
             t=z.copy(),
             regime=z.copy(),
             flow=np.zeros(n_books),
+            flow_slow=np.zeros(n_books),
             position=z.copy(),
             cash_ticks=z.copy(),
             fees_usd=np.zeros(n_books),
@@ -123,7 +127,15 @@ class SyntheticMarket:
         bk.open_books(state.book, rows, np.full(rows.shape[0], s.start_tick), s.base_depth)
         state.key[rows] = keys
         state.regime[rows] = self.flow_model.initial_regime(keys)
-        for a in (state.t, state.position, state.cash_ticks, state.flow, state.fees_usd, state.equity_usd):
+        for a in (
+            state.t,
+            state.position,
+            state.cash_ticks,
+            state.flow,
+            state.flow_slow,
+            state.fees_usd,
+            state.equity_usd,
+        ):
             a[rows] = 0
 
     def step(self, state: MarketState, actions: np.ndarray) -> StepResult:
@@ -148,8 +160,9 @@ class SyntheticMarket:
         state.cash_ticks += taker_cash + passive_cash
         fees = np.abs(taker_qty) * cfg.taker_fee_usd + np.abs(passive_qty) * cfg.maker_fee_usd
         state.fees_usd += fees
-        d = cfg.synthetic.flow_decay
+        d, ds = cfg.synthetic.flow_decay, cfg.synthetic.slow_flow_decay
         state.flow = d * state.flow + (1 - d) * book.signed_volume
+        state.flow_slow = ds * state.flow_slow + (1 - ds) * book.signed_volume
         state.t += 1
         equity = self.equity_usd(state)
         reward = equity - state.equity_usd
@@ -183,10 +196,11 @@ class SyntheticMarket:
         return half_ticks * self._usd_per_half_tick - state.fees_usd
 
     def observe(self, state: MarketState) -> np.ndarray:
-        """float32 [B, 4L + 11]; layout in docs/market.md:
+        """float32 [B, 4L + 12]; layout in docs/market.md:
 
         [bid price offsets from mid (ticks) x L, bid sizes x L, ask offsets x L, ask sizes x L,
-        spread (ticks), top-level imbalance (qb-qa)/(qb+qa), recent signed trade flow, position / limit,
+        spread (ticks), top-level imbalance (qb-qa)/(qb+qa), recent signed trade flow (fast and slow EMAs),
+        position / limit,
         own bid: offset from mid, size, queue_ahead; own ask: offset, size, queue_ahead;
         fraction of time left].
         Levels are consecutive ticks from the best outward (an empty tick shows size 0); sizes are divided by
@@ -224,12 +238,13 @@ class SyntheticMarket:
         out[:, o] = ba - bb
         out[:, o + 1] = (qb - qa) / np.maximum(qb + qa, 1)
         out[:, o + 2] = state.flow * sc
-        out[:, o + 3] = state.position * (1.0 / cfg.position_limit)
+        out[:, o + 3] = state.flow_slow * sc
+        out[:, o + 4] = state.position * (1.0 / cfg.position_limit)
         mid = 0.5 * (bb + ba)
         for s in (0, 1):
             has = b.own_size[:, s] > 0
-            out[:, o + 4 + 3 * s] = ((b.own_tick[:, s] - b.base) - mid) * has
-            out[:, o + 5 + 3 * s] = b.own_size[:, s] * sc
-            out[:, o + 6 + 3 * s] = b.own_ahead[:, s] * sc
-        out[:, o + 10] = 1.0 - state.t * (1.0 / cfg.horizon)
+            out[:, o + 5 + 3 * s] = ((b.own_tick[:, s] - b.base) - mid) * has
+            out[:, o + 6 + 3 * s] = b.own_size[:, s] * sc
+            out[:, o + 7 + 3 * s] = b.own_ahead[:, s] * sc
+        out[:, o + 11] = 1.0 - state.t * (1.0 / cfg.horizon)
         return out

@@ -61,6 +61,7 @@ class ReplayState:
     fees_usd: np.ndarray
     equity_usd: np.ndarray
     flow: np.ndarray
+    flow_slow: np.ndarray
     last_mid2: np.ndarray
     own_price: np.ndarray
     own_size: np.ndarray
@@ -79,6 +80,7 @@ class ReplayState:
             fees_usd=np.zeros(n),
             equity_usd=np.zeros(n),
             flow=np.zeros(n),
+            flow_slow=np.zeros(n),
             last_mid2=z.copy(),
             own_price=z2.copy(),
             own_size=z2.copy(),
@@ -120,7 +122,15 @@ class ReplayMarket:
         # Start >= 1 so the book before the first message is a file row.
         choices = np.uint64(self.day.n_messages - 1 - self._span)
         state.start[rows] = 1 + (np.asarray(keys, np.uint64) % choices).astype(np.int64)
-        for a in (state.t, state.position, state.cash_units, state.fees_usd, state.equity_usd, state.flow):
+        for a in (
+            state.t,
+            state.position,
+            state.cash_units,
+            state.fees_usd,
+            state.equity_usd,
+            state.flow,
+            state.flow_slow,
+        ):
             a[rows] = 0
         for a in (state.own_price, state.own_size, state.own_ahead, state.own_join):
             a[rows] = 0
@@ -153,8 +163,9 @@ class ReplayMarket:
                 fills[r] += q
                 fees[r] += abs(q) * cfg.maker_fee_usd
                 signed_volume += v
-            d = cfg.synthetic.flow_decay
+            d, ds = cfg.synthetic.flow_decay, cfg.synthetic.slow_flow_decay
             state.flow[r] = d * state.flow[r] + (1 - d) * signed_volume
+            state.flow_slow[r] = ds * state.flow_slow[r] + (1 - ds) * signed_volume
             state.last_mid2[r] = self._mid2(k0 + E - 1, int(state.last_mid2[r]))
         state.fees_usd += fees
         state.t += 1
@@ -269,13 +280,14 @@ class ReplayMarket:
             out[r, o] = (ap[0] - bp[0]) / TICK if both else 0
             out[r, o + 1] = (bsz[0] - asz[0]) / max(bsz[0] + asz[0], 1)
             out[r, o + 2] = state.flow[r] * sc
-            out[r, o + 3] = state.position[r] / cfg.position_limit
+            out[r, o + 3] = state.flow_slow[r] * sc
+            out[r, o + 4] = state.position[r] / cfg.position_limit
             for s in (0, 1):
                 if state.own_size[r, s] > 0:
-                    out[r, o + 4 + 3 * s] = (2 * state.own_price[r, s] - mid2) / (2 * TICK)
-                    out[r, o + 5 + 3 * s] = state.own_size[r, s] * sc
-                    out[r, o + 6 + 3 * s] = state.own_ahead[r, s] * sc
-            out[r, o + 10] = 1.0 - state.t[r] / cfg.horizon
+                    out[r, o + 5 + 3 * s] = (2 * state.own_price[r, s] - mid2) / (2 * TICK)
+                    out[r, o + 6 + 3 * s] = state.own_size[r, s] * sc
+                    out[r, o + 7 + 3 * s] = state.own_ahead[r, s] * sc
+            out[r, o + 11] = 1.0 - state.t[r] / cfg.horizon
         return out
 
 

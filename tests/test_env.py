@@ -216,7 +216,7 @@ def test_observation_layout():
     env = LobEnv(cfg)
     obs, _ = env.reset(seed=4)
     ix = obs_index(cfg)
-    assert obs.shape == (4 * 3 + 11,)
+    assert obs.shape == (4 * 3 + 12,)
     s = env._state.book
     spread = s.best[0, 1] - s.best[0, 0]
     assert obs[ix["spread"]] == spread and obs[0] == -spread / 2 and obs[6] == spread / 2

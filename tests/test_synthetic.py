@@ -98,3 +98,30 @@ def test_hash_draws_are_per_book_pure_functions():
         assert np.array_equal(hash_draws(keys[i : i + 1], t[i : i + 1], 4)[:, 0], all3[:, i])
     u = (hash_draws(np.arange(2000, dtype=np.uint64), np.zeros(2000, np.int64), 8) >> np.uint64(48)) / 65536
     assert abs(u.mean() - 0.5) < 0.01 and abs(u.std() - 0.2887) < 0.01
+
+
+def test_slow_flow_column_is_the_slower_ema_and_tells_the_regime_better():
+    """Columns flow and flow_slow are EMAs of the same signed flow (decays 0.9 and 0.98); the slow one,
+    averaging over ~50 steps of a ~200-step regime, correlates more with the hidden regime."""
+    from lobsim_env import LobVectorEnv, obs_index
+
+    cfg = MarketConfig()
+    ix = obs_index(cfg)
+    env = LobVectorEnv(64, cfg)
+    obs, _ = env.reset(seed=11)
+    fast_ema = np.zeros(64)
+    slow_ema = np.zeros(64)
+    fast, slow, regime = [], [], []
+    for _ in range(600):
+        obs, *_ = env.step(np.zeros(64, np.int64))
+        signed = env._state.book.signed_volume
+        fast_ema = 0.9 * fast_ema + 0.1 * signed
+        slow_ema = 0.98 * slow_ema + 0.02 * signed
+        np.testing.assert_allclose(obs[:, ix["flow"]], fast_ema / cfg.size_scale, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(obs[:, ix["flow_slow"]], slow_ema / cfg.size_scale, rtol=1e-5, atol=1e-6)
+        fast.append(obs[:, ix["flow"]].copy())
+        slow.append(obs[:, ix["flow_slow"]].copy())
+        regime.append(env.latent_regime().copy())
+    fast, slow, regime = (np.array(a)[100:].ravel() for a in (fast, slow, regime))
+    c_fast, c_slow = np.corrcoef(fast, regime)[0, 1], np.corrcoef(slow, regime)[0, 1]
+    assert c_slow > c_fast + 0.1 and c_slow > 0.4
