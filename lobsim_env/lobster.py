@@ -3,21 +3,31 @@
 The format is LOBSTER's own (../shared/data/lobster/LOBSTER_SampleFiles_ReadMe.txt); the validation rules and
 their error messages are written out in docs/lobster.md.
 
-Parsing is vectorised so that a day loads at millions of rows per second on one core: each zip member is read
-into memory (no extraction to disk), newlines become commas with a sentinel value appended to every line, and
-`np.fromstring` parses the whole file at once. A line with a missing or extra field shifts the sentinel out of
-its column, so field counts are checked exactly without a per-line Python loop. Whenever the fast path sees
-anything it does not expect, a plain line-by-line parser takes over: it either parses the file exactly (e.g.
-a timestamp without a decimal point) or raises `LobsterFormatError` naming file, row, column and value.
+Two parsers, with the same arrays and the same errors (tests/test_lobster_fast.py). Where the optional
+compiled module is built (lobsim_env/_lobster_fast.c; `pip install -e .` builds it where a C compiler exists),
+it parses each file in one pass and checks the orderbook rules in that pass, the orderbook piece by piece as it
+is inflated, so that each piece is parsed while it is in cache. It accepts only plain integer text in the
+expected shape: anything else, and every file where it is not built, goes to the numpy path.
+
+The numpy path is vectorised: each zip member is read into memory (no extraction to disk), newlines become
+commas with a sentinel value appended to every line, and `np.fromstring` parses the whole file at once. A line
+with a missing or extra field shifts the sentinel out of its column, so field counts are checked exactly
+without a per-line Python loop. Whenever it sees anything it does not expect, a plain line-by-line parser
+takes over: it either parses the file exactly (e.g. a timestamp without a decimal point) or raises
+`LobsterFormatError` naming file, row, column and value.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import re
 import time
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
@@ -41,6 +51,17 @@ _NAME = re.compile(
     r"^(?P<ticker>[^_]+)_(?P<date>\d{4}-\d{2}-\d{2})_(?P<start>\d+)_(?P<end>\d+)_"
     r"(?P<kind>message|orderbook)_(?P<levels>\d+)\.csv$"
 )
+
+
+try:  # the optional compiled parser (pyproject.toml builds it where a C compiler exists)
+    from lobsim_env import _lobster_fast as _C
+except ImportError:  # not built: the numpy path parses and validates everything, with the same results
+    _C = None
+_VALID, _INVALID, _FALLBACK = 0, 1, 2
+"""The compiled parser's statuses: parsed and valid; parsed, some rule broken (the numpy validator names it);
+not parsed (the numpy parser takes over)."""
+_UNCHECKED = -1
+"""Parsed by the numpy path: the rules are still to be checked."""
 
 
 class LobsterFormatError(ValueError):
@@ -94,39 +115,42 @@ def load_day(
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such file; pass a LOBSTER zip or a *_message_<L>.csv file")
-    if path.suffix.lower() == ".zip":
-        msg_name, msg_text, ob_name, ob_text = _read_zip(path)
-    elif path.suffix.lower() == ".csv":
-        msg_name, ob_name = path.name, None
-        msg_text = path.read_bytes()
-        ob_path = path.with_name(path.name.replace("_message_", "_orderbook_"))
-        ob_text = None
-        if "_message_" in path.name and ob_path.exists():
-            ob_name, ob_text = ob_path.name, ob_path.read_bytes()
-    else:
-        raise LobsterFormatError(f"{path}: expected a LOBSTER .zip or a *_message_<L>.csv file")
-    lap("read")
-    meta = _name_fields(msg_name, "message", where=str(path))
-    file_levels = int(meta["levels"])
-    if levels is None:
-        levels = file_levels
-    if not isinstance(levels, int) or isinstance(levels, bool) or not 1 <= levels <= file_levels:
-        raise LobsterFormatError(f"{path}: levels={levels!r} must be an integer in 1..{file_levels} (the file's depth)")
-    label = _label(path, msg_name)
-    cols = _parse_messages(msg_text, label)
-    time_ns, event_type, order_id, size, price, direction = cols
-    lap("parse_messages")
-    _validate_messages(label, time_ns, event_type, order_id, size, price, direction)
-    lap("validate_messages")
-    book = None
-    if ob_text is not None:
-        ob_label = _label(path, ob_name)
-        book = _parse_table(ob_text, 4 * file_levels, ob_label, time_ns.shape[0])
-        lap("parse_orderbook")
-        _validate_book(ob_label, book, file_levels)
-        if levels < file_levels:
-            book = np.ascontiguousarray(book[:, : 4 * levels])
-        lap("validate_orderbook")
+    with contextlib.ExitStack() as files:
+        if path.suffix.lower() == ".zip":
+            zf = files.enter_context(_open_zip(path))
+            msg_name, ob_name = _zip_members(zf, path)
+            msg_text = zf.read(msg_name)
+            open_book = functools.partial(zf.open, ob_name)
+        elif path.suffix.lower() == ".csv":
+            msg_name, ob_name, open_book = path.name, None, None
+            msg_text = path.read_bytes()
+            ob_path = path.with_name(path.name.replace("_message_", "_orderbook_"))
+            if "_message_" in path.name and ob_path.exists():
+                ob_name, open_book = ob_path.name, functools.partial(ob_path.open, "rb")
+        else:
+            raise LobsterFormatError(f"{path}: expected a LOBSTER .zip or a *_message_<L>.csv file")
+        lap("read")
+        meta = _name_fields(msg_name, "message", where=str(path))
+        file_levels = int(meta["levels"])
+        if levels is None:
+            levels = file_levels
+        if not isinstance(levels, int) or isinstance(levels, bool) or not 1 <= levels <= file_levels:
+            raise LobsterFormatError(
+                f"{path}: levels={levels!r} must be an integer in 1..{file_levels} (the file's depth)"
+            )
+        label = _label(path, msg_name)
+        cols = _parse_messages(msg_text, label)
+        time_ns, event_type, order_id, size, price, direction = cols
+        lap("parse_messages")
+        _validate_messages(label, time_ns, event_type, order_id, size, price, direction)
+        lap("validate_messages")
+        book = None
+        if open_book is not None:
+            ob_label = _label(path, ob_name)
+            book = _load_book(open_book, file_levels, ob_label, time_ns.shape[0], lap)
+            if levels < file_levels:
+                book = np.ascontiguousarray(book[:, : 4 * levels])
+            lap("validate_orderbook")
     return LobsterDay(
         ticker=meta["ticker"],
         date=meta["date"],
@@ -148,15 +172,18 @@ integers), validate (the rules of docs/lobster.md). The orderbook stages are abs
 
 
 class _Laps:
-    """Adds the seconds since the previous lap to `into[name]`; does nothing when `into` is None."""
+    """Adds the seconds since the previous lap to `into[name]`; does nothing when `into` is None.
+
+    `reading`: seconds of this lap spent reading the file, which are added to the "read" stage instead."""
 
     def __init__(self, into: dict[str, float] | None) -> None:
         self.into, self.last = into, time.perf_counter()
 
-    def __call__(self, name: str) -> None:
+    def __call__(self, name: str, *, reading: float = 0.0) -> None:
         if self.into is not None:
             now = time.perf_counter()
-            self.into[name] = self.into.get(name, 0.0) + now - self.last
+            self.into[name] = self.into.get(name, 0.0) + now - self.last - reading
+            self.into["read"] = self.into.get("read", 0.0) + reading
             self.last = now
 
 
@@ -174,31 +201,32 @@ def _name_fields(name: str, kind: str, *, where: str) -> dict[str, str]:
     return m.groupdict()
 
 
-def _read_zip(path: Path) -> tuple[str, bytes, str, bytes]:
+def _open_zip(path: Path) -> zipfile.ZipFile:
     try:
-        zf = zipfile.ZipFile(path)
+        return zipfile.ZipFile(path)
     except zipfile.BadZipFile as e:
         raise LobsterFormatError(f"{path}: not a readable zip archive ({e})") from e
-    with zf:
-        names = zf.namelist()
-        found = {}
-        for kind in ("message", "orderbook"):
-            hits = [n for n in names if (hit := _NAME.match(Path(n).name)) and hit["kind"] == kind]
-            if len(hits) != 1:
-                raise LobsterFormatError(
-                    f"{path}: expected exactly one *_{kind}_<L>.csv member, found {len(hits)} among {names}; "
-                    "a LOBSTER zip holds one message file and its orderbook file"
-                )
-            found[kind] = hits[0]
-        msg, ob = _NAME.match(Path(found["message"]).name), _NAME.match(Path(found["orderbook"]).name)
-        if msg.group("ticker", "date", "start", "end", "levels") != ob.group(
-            "ticker", "date", "start", "end", "levels"
-        ):
+
+
+def _zip_members(zf: zipfile.ZipFile, path: Path) -> tuple[str, str]:
+    """The names of the message and orderbook members, checked to be one pair."""
+    names = zf.namelist()
+    found = {}
+    for kind in ("message", "orderbook"):
+        hits = [n for n in names if (hit := _NAME.match(Path(n).name)) and hit["kind"] == kind]
+        if len(hits) != 1:
             raise LobsterFormatError(
-                f"{path}: members {found['message']!r} and {found['orderbook']!r} are not a pair "
-                "(ticker, date, window and levels must agree)"
+                f"{path}: expected exactly one *_{kind}_<L>.csv member, found {len(hits)} among {names}; "
+                "a LOBSTER zip holds one message file and its orderbook file"
             )
-        return found["message"], zf.read(found["message"]), found["orderbook"], zf.read(found["orderbook"])
+        found[kind] = hits[0]
+    msg, ob = _NAME.match(Path(found["message"]).name), _NAME.match(Path(found["orderbook"]).name)
+    if msg.group("ticker", "date", "start", "end", "levels") != ob.group("ticker", "date", "start", "end", "levels"):
+        raise LobsterFormatError(
+            f"{path}: members {found['message']!r} and {found['orderbook']!r} are not a pair "
+            "(ticker, date, window and levels must agree)"
+        )
+    return found["message"], found["orderbook"]
 
 
 # --------------------------------------------------------------------------------------------------- parsing
@@ -214,8 +242,7 @@ def _normalise(text: bytes) -> bytes:
 
 
 def _lines_array(text: bytes) -> tuple[bytes, np.ndarray, np.ndarray]:
-    """Normalise line ends; return text, and start and end (newline) offsets of each line."""
-    text = _normalise(text)
+    """The (normalised) text, and the start and end (newline) offsets of each line."""
     buf = np.frombuffer(text, np.uint8)
     ends = np.flatnonzero(buf == 10)
     starts = np.empty_like(ends)
@@ -263,9 +290,67 @@ def _read_exactly(text: bytes, count: int) -> np.ndarray | None:
         return None
 
 
-def _parse_table(text: bytes, ncols: int, label: str, nrows: int) -> np.ndarray:
-    """The orderbook file: `nrows` lines of `ncols` integers (its range checks are _validate_book's)."""
+def _load_book(open_book: Callable[[], BinaryIO], levels: int, label: str, nrows: int, lap: _Laps) -> np.ndarray:
+    """Read, parse and validate the orderbook file (`nrows` rows of 4 * `levels` integers)."""
+    book, checked, reading = None, _UNCHECKED, 0.0
+    if _C is not None:
+        book, checked, reading = _stream_book(open_book, levels, nrows)
+    if book is None:  # the numpy path, or the compiled parser on the whole text (e.g. CRLF, once normalised)
+        with open_book() as f:
+            text = f.read()
+        lap("read")
+        book, checked = _parse_table(text, levels, label, nrows)
+        reading = 0.0
+    lap("parse_orderbook", reading=reading)
+    if checked != _VALID:
+        _validate_book(label, book, levels)
+        if checked == _INVALID:
+            raise RuntimeError(
+                f"{label}: the compiled parser found a broken rule that lobster._validate_book does not; "
+                "this is a bug in lobsim_env/_lobster_fast.c (the numpy path alone: lobster._C = None)"
+            )
+    return book
+
+
+_PIECE = 1 << 19
+"""Bytes of the orderbook file inflated and parsed at a time: each piece is parsed while it is in cache."""
+
+
+def _stream_book(open_book: Callable[[], BinaryIO], levels: int, nrows: int) -> tuple[np.ndarray | None, int, float]:
+    """The compiled parser on the orderbook file piece by piece as it is read (and inflated): the book, its
+    _VALID / _INVALID, and the seconds spent reading. (None, _UNCHECKED, seconds) where some piece is not
+    plain lines of integers, or the row count differs: the caller then parses the whole text, and names
+    what is wrong."""
+    book = np.empty((nrows, 4 * levels), np.int64)
+    rows, checked, reading, tail = 0, _VALID, 0.0, b""
+    with open_book() as f:
+        while True:
+            t0 = time.perf_counter()
+            piece = f.read(_PIECE)
+            reading += time.perf_counter() - t0
+            if not piece:
+                if not tail:
+                    break
+                piece = b"\n"  # the last line has no newline
+            text = tail + piece  # tail: the line cut at the end of the previous piece
+            cut = text.rfind(b"\n") + 1
+            status, n = _C.parse_book(memoryview(text)[:cut], book, rows, levels)
+            if status == _FALLBACK:
+                return None, _UNCHECKED, reading
+            rows, checked, tail = rows + n, max(checked, status), text[cut:]
+    return (book, checked, reading) if rows == nrows else (None, _UNCHECKED, reading)
+
+
+def _parse_table(text: bytes, levels: int, label: str, nrows: int) -> tuple[np.ndarray, int]:
+    """The orderbook file: `nrows` lines of 4 * `levels` integers, and whether _validate_book's rules were
+    checked on them (_VALID, _INVALID: by the compiled parser) or are still to be (_UNCHECKED)."""
     text = _normalise(text)
+    ncols = 4 * levels
+    if _C is not None:
+        values = np.empty((nrows, ncols), np.int64)
+        status, rows = _C.parse_book(text, values, 0, levels)
+        if status != _FALLBACK and rows == nrows:
+            return values, status
     values = _fast_ints(text, ncols, nrows, saturation=False)
     if values is None and (found := text.count(b"\n")) != nrows:
         raise LobsterFormatError(
@@ -274,15 +359,16 @@ def _parse_table(text: bytes, ncols: int, label: str, nrows: int) -> np.ndarray:
         )
     # The fast path returns a view that skips the sentinel column; copying it would cost more than the
     # strided access does downstream.
-    return values if values is not None else _slow_table(text, ncols, label)
+    return (values if values is not None else _slow_table(text, ncols, label)), _UNCHECKED
 
 
 def _parse_messages(text: bytes, label: str) -> tuple[np.ndarray, ...]:
-    text, starts, ends = _lines_array(text)
-    m = starts.size
-    if m == 0:
+    text = _normalise(text)
+    if not text:
         raise LobsterFormatError(f"{label}: the message file is empty; expected one message per line")
-    cols = _fast_messages(text, starts, ends)
+    cols = _compiled_messages(text)
+    if cols is None:
+        cols = _fast_messages(*_lines_array(text))
     if cols is None:
         cols = _slow_messages(text, label)
     time_ns, table = cols
@@ -294,6 +380,18 @@ def _parse_messages(text: bytes, label: str) -> tuple[np.ndarray, ...]:
         table[:, 3].copy(),
         _narrow(table[:, 4], np.int8, label, 6),
     )
+
+
+def _compiled_messages(text: bytes) -> tuple[np.ndarray, np.ndarray] | None:
+    """The compiled parser's columns (time_ns, then [M, 5] type ... direction); None where it is not built
+    or the text is anything but `S.F,t,i,s,p,d` lines of plain integers (1-6 and 1-18 digits in the time)."""
+    if _C is None:
+        return None
+    m = text.count(b"\n")
+    out = np.empty((6, m), np.int64)
+    if _C.parse_messages(text, m, out) != _VALID:
+        return None
+    return out[0], out[1:].T
 
 
 def _fast_messages(text: bytes, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:

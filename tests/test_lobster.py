@@ -1,4 +1,5 @@
-"""LOBSTER loading: exact parsing of the sample files, and one named error per kind of malformed input."""
+"""LOBSTER loading: exact parsing of the sample files, and one named error per kind of malformed input, each
+on the compiled parser and on the numpy path (the `parser` fixture)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from lobsim_env import lobster
 from lobsim_env.lobster import DUMMY_ASK_PRICE, DUMMY_BID_PRICE, LobsterFormatError, load_day
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "lobster"
@@ -31,6 +33,16 @@ BOOK = [
     "5801000,50,5800000,100,5802300,100,5799000,20",
     "5801000,50,5799000,20,5802300,100,5798000,30",
 ]
+
+
+@pytest.fixture(autouse=True, params=["compiled", "numpy"])
+def parser(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test here runs on both paths: the compiled parser, and the numpy one it falls back to."""
+    if request.param == "compiled" and lobster._C is None:
+        pytest.skip("the compiled parser is not built (pip install -e . without a C compiler)")
+    if request.param == "numpy":
+        monkeypatch.setattr(lobster, "_C", None)
+    return request.param
 
 
 def write_day(folder: Path, messages: list[str], book: list[str] | None, *, levels: int = 2) -> Path:

@@ -1,0 +1,263 @@
+"""The compiled fast path (lobsim_env/_lobster_fast.c) against the numpy path it stands in for.
+
+Both must give bit-identical arrays and the very same LobsterFormatError messages on every input: the
+compiled parser only ever accepts plain integer text (anything else goes to the numpy parser), and where it
+finds a broken rule the numpy validator names it. tests/test_lobster.py runs each of its cases on both paths;
+this file compares them on all six sample files (load and full replay), on text cut into pieces anywhere, and
+on random valid and broken files (hypothesis).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from lobsim_env import lobster, replay
+from lobsim_env.lobster import DUMMY_ASK_PRICE, DUMMY_BID_PRICE, MAX_SIZE, LobsterDay, LobsterFormatError, load_day
+from tests.test_lobster import BOOK, DATA, MESSAGES, STEM, needs_data, write_day
+from tests.test_replay import EXPECTED, random_day, small_day
+
+pytestmark = pytest.mark.skipif(
+    lobster._C is None, reason="the compiled parser is not built (pip install -e . without a C compiler)"
+)
+DAY_FIELDS = [f.name for f in dataclasses.fields(LobsterDay) if f.name != "source"]
+
+
+def load_both(path: Path, **kwargs) -> tuple[LobsterDay | str, LobsterDay | str]:
+    """load_day on the compiled and the numpy path: each a LobsterDay or its LobsterFormatError message."""
+    out = []
+    for compiled in (True, False):
+        with pytest.MonkeyPatch.context() as mp:
+            if not compiled:
+                mp.setattr(lobster, "_C", None)
+            try:
+                out.append(load_day(path, **kwargs))
+            except LobsterFormatError as e:
+                out.append(str(e))
+    return out[0], out[1]
+
+
+def assert_same(a: LobsterDay | str, b: LobsterDay | str) -> None:
+    assert type(a) is type(b), (a, b)
+    if isinstance(a, str):
+        assert a == b
+        return
+    for name in DAY_FIELDS:
+        x, y = getattr(a, name), getattr(b, name)
+        if isinstance(x, np.ndarray) or isinstance(y, np.ndarray):
+            assert x.dtype == y.dtype and x.shape == y.shape and np.array_equal(x, y), name
+        else:
+            assert x == y, name
+
+
+@pytest.fixture(scope="module", params=sorted(EXPECTED))
+def sample_pair(request: pytest.FixtureRequest) -> tuple[LobsterDay, LobsterDay]:
+    path = DATA / f"LOBSTER_SampleFile_{request.param}.zip"
+    if not path.exists():
+        pytest.skip(f"LOBSTER sample file {path} not found")
+    return load_both(path)
+
+
+@needs_data
+def test_sample_files_load_identically(sample_pair: tuple[LobsterDay, LobsterDay]) -> None:
+    compiled, numpy_day = sample_pair
+    assert_same(compiled, numpy_day)
+    assert compiled.book.flags.c_contiguous  # the compiled parser writes rows in place
+
+
+@needs_data
+def test_sample_files_replay_identically(sample_pair: tuple[LobsterDay, LobsterDay]) -> None:
+    day = sample_pair[0]
+    fast, ref = replay._replay_compiled(day), replay._replay_numpy(day)
+    for f in ("book", "undetermined", "effect", "level"):
+        assert np.array_equal(getattr(fast, f), getattr(ref, f)), f
+        assert getattr(fast, f).dtype == getattr(ref, f).dtype, f
+
+
+@needs_data
+def test_replay_identical_on_a_corrupted_book_and_fewer_levels(sample_pair: tuple[LobsterDay, LobsterDay]) -> None:
+    day = sample_pair[0]
+    book = day.book.copy()
+    book[1000:1010, 1] += 1  # sizes no message explains: both rules replay from the file's row k-1
+    book[2000, 0] -= 100
+    days = [dataclasses.replace(day, book=book)]
+    if day.levels > 1:
+        days.append(dataclasses.replace(day, levels=1, book=np.ascontiguousarray(day.book[:, :4])))
+    for d in days:
+        fast, ref = replay._replay_compiled(d), replay._replay_numpy(d)
+        for f in ("book", "undetermined", "effect", "level"):
+            assert np.array_equal(getattr(fast, f), getattr(ref, f)), f
+
+
+@pytest.mark.parametrize("levels", [1, 2, 3])
+@pytest.mark.parametrize("seed", range(8))
+def test_random_days_replay_identically(seed: int, levels: int) -> None:
+    day = random_day(seed, levels)
+    fast, ref = replay._replay_compiled(day), replay._replay_numpy(day)
+    for f in ("book", "undetermined", "effect", "level"):
+        assert np.array_equal(getattr(fast, f), getattr(ref, f)), f
+
+
+def test_inconsistent_and_halted_messages_replay_identically() -> None:
+    b = [101, 15, 100, 9, 102, 4, 98, 6]
+    msgs = [(5, 1, 100, 1), (4, 20, 100, 1), (2, 1, 99, 1), (7, 0, -1, -1), (1, 3, 110, -1), (3, 9, 100, 1)]
+    day = small_day(msgs, [b] * len(msgs))
+    fast, ref = replay._replay_compiled(day), replay._replay_numpy(day)
+    for f in ("book", "undetermined", "effect", "level"):
+        assert np.array_equal(getattr(fast, f), getattr(ref, f)), f
+
+
+@pytest.mark.parametrize("piece", [1, 5, 64, 4096, 1 << 16])
+def test_orderbook_read_in_pieces_cut_anywhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, piece: int) -> None:
+    paths = [write_day(tmp_path, MESSAGES, BOOK)]
+    if piece >= 4096 and (DATA / "LOBSTER_SampleFile_GOOG_2012-06-21_1.zip").exists():
+        paths.append(DATA / "LOBSTER_SampleFile_GOOG_2012-06-21_1.zip")
+    for path in paths:
+        whole = load_day(path)
+        with monkeypatch.context() as mp:
+            mp.setattr(lobster, "_PIECE", piece)
+            assert_same(load_day(path), whole)
+
+
+def test_compiled_functions_check_their_buffers() -> None:
+    out = np.empty((2, 4), np.int64)
+    with pytest.raises(ValueError, match="parse_book"):
+        lobster._C.parse_book(b"1,2,3,4\n", np.empty((2, 3), np.int64), 0, 1)
+    with pytest.raises(ValueError, match="parse_book"):
+        lobster._C.parse_book(b"1,2,3,4\n", out, 3, 1)
+    assert lobster._C.parse_book(b"1,2,3,4\n", out, 1, 1) == (lobster._INVALID, 1)  # ask price 1: off the grid
+    assert lobster._C.parse_book(b"1,2,3,4\n1,2,3,4\n", out, 1, 1)[0] == lobster._FALLBACK  # no row left
+    with pytest.raises(ValueError, match="out"):
+        lobster._C.parse_messages(b"1.5,1,1,1,100,1\n", 1, np.empty(5, np.int64))
+
+
+# ------------------------------------------------------------------------------------- random files (fuzz)
+
+# Values at and around every boundary of the rules, and of the parsers (digit counts 1-20, signs, zeros).
+EDGE_VALUES = [
+    0,
+    1,
+    -1,
+    50,
+    99,
+    100,
+    101,
+    5800000,
+    5800050,
+    -5800000,
+    DUMMY_ASK_PRICE,
+    DUMMY_BID_PRICE,
+    DUMMY_ASK_PRICE - 100,
+    DUMMY_ASK_PRICE + 1,
+    DUMMY_BID_PRICE + 100,
+    MAX_SIZE - 1,
+    MAX_SIZE,
+    12345678,
+    123456789,
+    10**17,
+    10**18 - 1,
+    10**18,
+    2**63 - 1,
+    -(2**63),
+    10**19,
+    -(10**19),
+]
+TOKENS = ["", " 5", "5 ", "+5", "0007", "-0", "5.0", "x", "--5", "5-", "1e3", "\t1"]
+MUTATION_BYTES = b",\n-+ .0\r\tx"
+
+
+@st.composite
+def book_text(draw: st.DrawFn, levels: int, rows: int) -> bytes:
+    """Orderbook lines: a valid book per row, then maybe one value at a boundary and one byte mutated."""
+    lines = []
+    for _ in range(rows):
+        best_bid = 5_800_000 - 100 * draw(st.integers(0, 5))
+        ask_steps = np.cumsum(draw(st.lists(st.integers(1, 3), min_size=levels, max_size=levels)))
+        bid_steps = np.cumsum(draw(st.lists(st.integers(1, 3), min_size=levels, max_size=levels)))
+        na, nb = draw(st.integers(0, levels)), draw(st.integers(0, levels))
+        row = []
+        for i in range(levels):
+            row += [best_bid + 100 * int(ask_steps[i]), draw(st.integers(1, 999))] if i < na else [DUMMY_ASK_PRICE, 0]
+            bid = best_bid - 100 * int(bid_steps[i] - bid_steps[0])
+            row += [bid, draw(st.integers(1, 999))] if i < nb else [DUMMY_BID_PRICE, 0]
+        lines.append([str(v) for v in row])
+    if draw(st.booleans()):
+        r, c = draw(st.integers(0, rows - 1)), draw(st.integers(0, 4 * levels - 1))
+        lines[r][c] = draw(st.sampled_from([str(v) for v in EDGE_VALUES] + TOKENS))
+    text = bytearray("".join(",".join(line) + "\n" for line in lines).encode())
+    if draw(st.booleans()):
+        i = draw(st.integers(0, len(text) - 1))
+        op = draw(st.sampled_from(["replace", "insert", "delete"]))
+        byte = draw(st.sampled_from(MUTATION_BYTES))
+        if op == "replace":
+            text[i] = byte
+        elif op == "insert":
+            text.insert(i, byte)
+        else:
+            del text[i]
+    return bytes(text)
+
+
+@st.composite
+def message_text(draw: st.DrawFn, rows: int) -> bytes:
+    """Valid message lines (times of 1-18 decimals), then maybe one field replaced and one byte mutated."""
+    lines, seconds = [], 34200
+    for k in range(rows):
+        seconds += draw(st.integers(0, 1))
+        frac = "".join(draw(st.lists(st.sampled_from("0123456789"), min_size=1, max_size=18)))
+        lines.append([f"{seconds}.{frac}", "1", str(k), str(draw(st.integers(1, 10**6))), "5800000", "1"])
+    if draw(st.booleans()):
+        r, c = draw(st.integers(0, rows - 1)), draw(st.integers(0, 5))
+        tokens = [str(v) for v in EDGE_VALUES] + TOKENS
+        if c == 0:
+            tokens += ["34200", "34200.", ".5", "1234567.1", "34200.1234567890123456789", "34200.0999999996"]
+        lines[r][c] = draw(st.sampled_from(tokens))
+    text = bytearray("".join(",".join(line) + "\n" for line in lines).encode())
+    if draw(st.booleans()):
+        text[draw(st.integers(0, len(text) - 1))] = draw(st.sampled_from(MUTATION_BYTES))
+    return bytes(text)
+
+
+def write_texts(folder: Path, messages: bytes, book: bytes, levels: int) -> Path:
+    msg = folder / f"{STEM}_message_{levels}.csv"
+    msg.write_bytes(messages)
+    (folder / f"{STEM}_orderbook_{levels}.csv").write_bytes(book)
+    return msg
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data(), levels=st.integers(1, 3), rows=st.integers(1, 12))
+def test_random_orderbook_files_agree(tmp_path: Path, data: st.DataObject, levels: int, rows: int) -> None:
+    messages = "".join(f"34200.{k:09d},1,{k},1,5800000,1\n" for k in range(rows)).encode()
+    path = write_texts(tmp_path, messages, data.draw(book_text(levels, rows)), levels)
+    assert_same(*load_both(path))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data(), rows=st.integers(1, 12))
+def test_random_message_files_agree(tmp_path: Path, data: st.DataObject, rows: int) -> None:
+    book = b"5801000,50,5800000,100\n" * rows
+    path = write_texts(tmp_path, data.draw(message_text(rows)), book, 1)
+    assert_same(*load_both(path))
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data(), levels=st.integers(1, 3), rows=st.integers(1, 12))
+def test_compiled_validation_is_exactly_the_numpy_rules(data: st.DataObject, levels: int, rows: int) -> None:
+    # Where the text parses, the compiled verdict (valid / some rule broken) must be _validate_book's.
+    text = data.draw(book_text(levels, rows))
+    out = np.empty((rows, 4 * levels), np.int64)
+    status, n = lobster._C.parse_book(text, out, 0, levels)
+    if status == lobster._FALLBACK or n != rows:
+        return
+    try:
+        lobster._validate_book("x", out, levels)
+        valid = True
+    except LobsterFormatError:
+        valid = False
+    assert valid == (status == lobster._VALID)
