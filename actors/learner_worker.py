@@ -2,8 +2,9 @@
 
 A plain class (no Ray; foxhunt_ray.remote wraps it). `update(payload)` decodes one rollout payload with a
 counting PayloadDecoder (a bad payload is dropped and counted, the learner keeps going), runs one Learner step and
-returns the diag dict the monitor records: the Learner's keys plus env_steps, pnl_cum_usd, episodes and
-bad_payloads. Policy lag comes from the Learner (step - 1 - the batch's policy_version).
+returns the diag dict the monitor records: the Learner's keys plus the episode totals (EpisodeStats.diag:
+env_steps, episodes, return_cum, episode_return_mean and, for the market, pnl_cum_usd) and bad_payloads.
+Policy lag comes from the Learner (step - 1 - the batch's policy_version).
 
 Checkpoints go to run_dir/checkpoints/ckpt_<step>.pt, written to a temporary file and renamed, so a crash never
 leaves half a checkpoint under the final name; the newest `keep` are kept. A checkpoint holds the Learner's
@@ -63,10 +64,11 @@ class LearnerWorker:
         checkpoint_every: int | None = None,
         limits: WireLimits = DEFAULT_LIMITS,
         keep: int = 2,
+        has_pnl: bool = True,
     ):
         """checkpoint_every: M, write a checkpoint after every M-th update (None: only when asked). keep: how
         many checkpoints stay on disk (two: resume may need the one before a checkpoint whose diag line was
-        never written)."""
+        never written). has_pnl: the env reports pnl_usd (the market; EpisodeStats.has_pnl)."""
         errs = []
         if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
             errs.append(f"keep={keep!r} must be an int >= 1 (checkpoints kept on disk)")
@@ -79,7 +81,7 @@ class LearnerWorker:
             device = "cuda" if torch.cuda.is_available() else "cpu"
         self.learner = Learner(cfg, obs_dim=int(obs_dim), n_actions=int(n_actions), device=device, seed=seed)
         self.decoder = PayloadDecoder(limits=limits)
-        self.stats = EpisodeStats()
+        self.stats = EpisodeStats(has_pnl=has_pnl)
         self.run_dir = Path(run_dir)
         self.keep = keep
         self.checkpoint_every = checkpoint_every
@@ -96,13 +98,7 @@ class LearnerWorker:
         batch, meta = got
         diag = self.learner.update(batch)
         self.stats.add(meta)  # after the update: a batch the Learner refused does not count as trained on
-        diag.update(
-            env_steps=self.stats.env_steps,
-            episodes=self.stats.episodes,
-            pnl_cum_usd=self.stats.pnl_cum_usd,
-            worker_index=int(meta["worker_index"]),
-            **self.decoder.diag(),
-        )
+        diag.update(self.stats.diag(), worker_index=int(meta["worker_index"]), **self.decoder.diag())
         if self.checkpoint_every and self.learner.step % self.checkpoint_every == 0:
             self.checkpoint()
         return diag
@@ -141,6 +137,6 @@ class LearnerWorker:
             got = state.get("format") if isinstance(state, dict) else type(state).__name__
             raise ValueError(f"{path} is not a run checkpoint: format={got!r}, expected {RUN_CHECKPOINT_FORMAT!r}")
         self.learner.load_state_dict(state["learner"])
-        self.stats = EpisodeStats(**state["stats"])
+        self.stats = EpisodeStats(**{**state["stats"], "has_pnl": self.stats.has_pnl})
         self.decoder.bad_payloads = int(state["bad_payloads"])
         return self.learner.step

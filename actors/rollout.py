@@ -1,20 +1,28 @@
-"""The rollout role: B books of the market and a CPU copy of the policy; sample(T) -> one wire payload.
+"""The rollout role: B copies of an env (the market's books) and a CPU copy of the policy; sample(T) -> one payload.
 
-A plain class (no Ray here; `ray.remote` wraps it in the driver). The books are the native LobVectorEnv with
-NEXT_STEP autoreset: after a book's episode ends, its next step ignores the action and returns the first obs of
-the next episode with reward 0. That step is not a transition, so it is shipped with valid=False, and obs[t+1]
-is always the true next observation of step t. The env is reset (seeded) exactly once, at construction; every
-later episode follows from autoreset, so the stream of a worker is a pure function of (seed, worker_index,
-weights) and consecutive sample() calls continue the same trajectories.
+A plain class (no Ray here; `ray.remote` wraps it in the driver). The env is the market (foxhunt/LOB-v0, its
+native LobVectorEnv) or any registered Gymnasium id with a 1-D Box observation and a Discrete action space
+(`make_envs`: its own vector env when the spec has a vector_entry_point, else a SyncVectorEnv). Either way the
+vector env must autoreset NEXT_STEP: after an env's episode ends, its next step ignores the action and returns
+the first obs of the next episode with reward 0. That step is not a transition, so it is shipped with
+valid=False, and obs[t+1] is always the true next observation of step t. The env is reset (seeded) exactly
+once, at construction; every later episode follows from autoreset, so the stream of a worker is a pure function
+of (seed, worker_index, weights) and consecutive sample() calls continue the same trajectories.
+
+The market reports each book's pnl_usd in its info; an env without it (CartPole, ...) gets its episode return
+(the sum of its rewards) tracked here instead, shipped in the same wire columns (wire version 1 has one number
+per episode), and the driver reports it as return_cum / episode_return_mean only (EpisodeStats.has_pnl=False).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import importlib
+from dataclasses import dataclass, field
 
 import gymnasium as gym
 import numpy as np
 import torch
+from gymnasium.vector import AutoresetMode
 
 import lobsim_env  # noqa: F401  (registers foxhunt/LOB-v0)
 from actors import wire
@@ -42,13 +50,137 @@ class RolloutConfig:
         return errs
 
 
+SUPPORTED_SPACES = "a 1-D Box observation (a vector of numbers) and a Discrete(n >= 2) action space"
+
+
+class EnvError(ValueError):
+    """An env the system cannot train on (unknown id, unsupported spaces or autoreset mode); names the fix."""
+
+
+@dataclass(kw_only=True, frozen=True)
+class EnvSpaces:
+    """What the learner is built from, probed once from the env (`probe_env`)."""
+
+    obs_dim: int
+    """D: length of the 1-D observation."""
+    n_actions: int
+    """n of the Discrete action space (actions on the wire are 0..n-1; the env's `start` is added when stepping)."""
+    has_pnl: bool
+    """The env reports pnl_usd in its info (the market): the diag carries pnl_cum_usd beside the returns."""
+
+
+def is_market(env_id: str) -> bool:
+    """The LOB market, by its id, also as 'lobsim_env:foxhunt/LOB-v0'."""
+    return env_id.rpartition(":")[2] == ENV_ID
+
+
+def _spec(env_id: str) -> gym.envs.registration.EnvSpec:
+    """gymnasium's spec of env_id; 'module:Id' imports module first (it registers Id). EnvError otherwise."""
+    module, _, name = env_id.rpartition(":")
+    if module:
+        try:
+            importlib.import_module(module)
+        except ImportError as err:
+            raise EnvError(
+                f"env_id={env_id!r}: cannot import module {module!r} ({type(err).__name__}: {err}); the module that "
+                "registers the env must be importable here and in every rollout worker process (install it, or "
+                "ship it in the working directory of `ray job submit`)"
+            ) from None
+    try:
+        return gym.spec(name)
+    except gym.error.Error as err:
+        raise EnvError(
+            f"env_id={env_id!r} is not a registered Gymnasium env ({type(err).__name__}: {err}); pick a registered "
+            "id (gymnasium.pprint_registry() lists them), or register yours with gymnasium.register(id=..., "
+            "entry_point=...) in an importable module and pass 'module:Id' so that every rollout worker imports it"
+        ) from None
+
+
+def make_envs(
+    env_id: str, num_envs: int, *, market: MarketConfig, env_kwargs: dict | None = None
+) -> gym.vector.VectorEnv:
+    """num_envs copies of env_id as one VectorEnv with NEXT_STEP autoreset, its spaces checked (EnvError).
+
+    The market is its native LobVectorEnv configured by `market` (env_kwargs must be empty); any other id is
+    gym.make_vec(id, vectorization_mode="vector_entry_point") when its spec has one, else a SyncVectorEnv
+    forced to NEXT_STEP; env_kwargs go to the env's constructor (e.g. max_episode_steps).
+    """
+    env_kwargs = dict(env_kwargs or {})
+    if is_market(env_id):
+        if env_kwargs:
+            raise EnvError(f"env_kwargs={env_kwargs!r}: the market takes its settings from market.*, not env_kwargs")
+        envs = gym.make_vec(ENV_ID, num_envs=num_envs, vectorization_mode="vector_entry_point", config=market)
+    else:
+        spec = _spec(env_id)
+        try:
+            if spec.vector_entry_point is not None:
+                envs = gym.make_vec(spec, num_envs=num_envs, vectorization_mode="vector_entry_point", **env_kwargs)
+            else:
+                envs = gym.make_vec(
+                    spec,
+                    num_envs=num_envs,
+                    vectorization_mode="sync",
+                    vector_kwargs={"autoreset_mode": AutoresetMode.NEXT_STEP},
+                    **env_kwargs,
+                )
+        except TypeError as err:  # an env_kwargs key the env's constructor does not take
+            raise EnvError(f"env_id={env_id!r} refused env_kwargs={env_kwargs!r}: {err}") from None
+    try:
+        check_envs(env_id, envs)
+    except EnvError:
+        envs.close()
+        raise
+    return envs
+
+
+def check_envs(env_id: str, envs: gym.vector.VectorEnv) -> None:
+    """EnvError unless envs autoresets NEXT_STEP and has a 1-D Box observation and a Discrete(n >= 2) action."""
+    mode = envs.metadata.get("autoreset_mode")
+    if mode not in (AutoresetMode.NEXT_STEP, AutoresetMode.NEXT_STEP.value):
+        raise EnvError(
+            f"env_id={env_id!r}: its vector env {type(envs).__name__} autoresets {mode!r}; the rollout's valid mask "
+            f"needs {AutoresetMode.NEXT_STEP!r} (the step after an episode end returns the next episode's first obs): "
+            "declare metadata['autoreset_mode'] = AutoresetMode.NEXT_STEP and implement it, or register the id "
+            "without a vector_entry_point (a SyncVectorEnv is built with NEXT_STEP)"
+        )
+    obs_space, act_space = envs.single_observation_space, envs.single_action_space
+    if not isinstance(obs_space, gym.spaces.Box) or len(obs_space.shape) != 1 or obs_space.shape[0] < 1:
+        raise EnvError(
+            f"env_id={env_id!r} has observation space {obs_space}; foxhunt_ray supports {SUPPORTED_SPACES}: wrap "
+            "the env so that it observes a 1-D vector (e.g. gymnasium.wrappers.FlattenObservation, which one-hot "
+            "encodes a Discrete space) and register the wrapped env under its own id"
+        )
+    if not np.issubdtype(obs_space.dtype, np.number):
+        raise EnvError(f"env_id={env_id!r} has observation dtype {obs_space.dtype}; it must convert to float32")
+    if not isinstance(act_space, gym.spaces.Discrete) or int(act_space.n) < 2:
+        raise EnvError(
+            f"env_id={env_id!r} has action space {act_space}; foxhunt_ray supports {SUPPORTED_SPACES} (the policy "
+            "picks one of n actions): discretise a Box action space (e.g. gymnasium.wrappers.DiscretizeAction) and "
+            "register the wrapped env under its own id"
+        )
+
+
+def probe_env(env_id: str, *, market: MarketConfig, env_kwargs: dict | None = None) -> EnvSpaces:
+    """Builds one copy of the env, checks it (EnvError) and returns its spaces; what the driver sizes the learner by."""
+    envs = make_envs(env_id, 1, market=market, env_kwargs=env_kwargs)
+    try:
+        _, info = envs.reset(seed=0)
+        return EnvSpaces(
+            obs_dim=int(envs.single_observation_space.shape[0]),
+            n_actions=int(envs.single_action_space.n),
+            has_pnl="pnl_usd" in info,
+        )
+    finally:
+        envs.close()
+
+
 def book_seed(seed: int, worker_index: int, num_envs: int) -> int:
     """Seed of book 0 of a worker; book i gets this + i. Workers' books never overlap (docs/market.md)."""
     return seed + worker_index * num_envs
 
 
 class RolloutWorker:
-    """Owns a LobVectorEnv of B books and a PolicyNet copy; methods: set_weights, sample, get_spaces, stop."""
+    """Owns a VectorEnv of B envs and a PolicyNet copy; methods: set_weights, sample, get_spaces, stop."""
 
     def __init__(
         self,
@@ -59,25 +191,31 @@ class RolloutWorker:
         seed: int,
         fold: int = 0,
         weights: dict | None = None,
+        env_id: str = ENV_ID,
+        env_kwargs: dict | None = None,
     ):
-        errs = cfg.errors() + market.errors()
+        """market configures the market's books; env_id / env_kwargs pick any other env (make_envs)."""
+        errs = cfg.errors() + (market.errors() if is_market(env_id) else [])
         for name, v in (("worker_index", worker_index), ("seed", seed), ("fold", fold)):
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 errs.append(f"{name}={v!r} must be an int >= 0")
         if errs:
             raise ValueError("cannot build RolloutWorker:\n  " + "\n  ".join(errs))
         torch.set_num_threads(cfg.torch_threads)
-        self.cfg, self.worker_index, self.fold = cfg, worker_index, fold
+        self.cfg, self.worker_index, self.fold, self.env_id = cfg, worker_index, fold, env_id
         B = cfg.num_envs
-        self.env = gym.make_vec(ENV_ID, num_envs=B, vectorization_mode="vector_entry_point", config=market)
+        self.env = make_envs(env_id, B, market=market, env_kwargs=env_kwargs)
         self.obs_dim = int(self.env.single_observation_space.shape[0])
         self.n_actions = int(self.env.single_action_space.n)
+        self._action_start = int(self.env.single_action_space.start)  # Discrete(n, start): the env's action ids
         first = book_seed(seed, worker_index, B)
         self.env_ids = np.arange(first, first + B, dtype=np.int64)
         obs, info = self.env.reset(seed=first)
         self._obs = np.asarray(obs, dtype=np.float32)
-        self._pnl = np.asarray(info["pnl_usd"], dtype=np.float64)
-        self._autoreset = np.zeros(B, bool)  # books whose next step is an autoreset (not a transition)
+        self.has_pnl = "pnl_usd" in info
+        # the market's pnl from its info; any other env's running episode return (sum of rewards), kept here
+        self._pnl = np.asarray(info["pnl_usd"], dtype=np.float64) if self.has_pnl else np.zeros(B, np.float64)
+        self._autoreset = np.zeros(B, bool)  # envs whose next step is an autoreset (not a transition)
         # Action sampling has its own seeded stream: nothing else in the process can shift it.
         self._gen = torch.Generator().manual_seed(seed + worker_index)
         self.policy: PolicyNet | None = None
@@ -95,7 +233,7 @@ class RolloutWorker:
         if (weights.get("obs_dim"), weights.get("n_actions")) != (self.obs_dim, self.n_actions):
             raise ValueError(
                 f"weights are for obs_dim={weights.get('obs_dim')}, n_actions={weights.get('n_actions')}; this "
-                f"market has obs_dim={self.obs_dim}, n_actions={self.n_actions}: build the Learner from get_spaces()"
+                f"env has obs_dim={self.obs_dim}, n_actions={self.n_actions}: build the Learner from get_spaces()"
             )
         if self.policy is None:
             self.policy = policy_from_weights(weights).eval()
@@ -104,7 +242,7 @@ class RolloutWorker:
         self.policy_version = version
 
     def get_spaces(self) -> tuple[gym.spaces.Box, gym.spaces.Discrete]:
-        """(observation space, action space) of one book."""
+        """(observation space, action space) of one env (book)."""
         return self.env.single_observation_space, self.env.single_action_space
 
     def sample(self, n_steps: int | None = None) -> bytes:
@@ -130,15 +268,24 @@ class RolloutWorker:
         for t in range(T):
             actions[t], logp[t] = self.policy.act(obs[t], generator=self._gen)
             valid[t] = ~self._autoreset
-            next_obs, reward, term, trunc, info = self.env.step(actions[t])
+            step_actions = actions[t] + self._action_start if self._action_start else actions[t]
+            next_obs, reward, term, trunc, info = self.env.step(step_actions)
             obs[t + 1] = next_obs
             rewards[t], terminated[t], truncated[t] = reward, term, trunc
-            self._pnl = np.asarray(info["pnl_usd"], dtype=np.float64)
+            if self.has_pnl:
+                self._pnl = np.asarray(info["pnl_usd"], dtype=np.float64)
+            else:  # a new episode's return starts on its autoreset step (reward 0 there)
+                self._pnl = np.where(valid[t], self._pnl, 0.0) + np.asarray(reward, dtype=np.float64)
             self._autoreset = term | trunc
             if self._autoreset.any():
                 ended = np.flatnonzero(self._autoreset)
                 ep_env.append(ended)
                 ep_pnl.append(self._pnl[ended])
+        if not (np.isfinite(obs).all() and np.isfinite(rewards).all()):
+            raise ValueError(
+                f"env {self.env_id!r} returned a non-finite observation or reward in worker {self.worker_index}'s "
+                "batch: the env diverged (or observes inf); fix or wrap the env"
+            )
         self._obs = obs[T].copy()
         self.total_env_steps += T * B
         return wire.encode(
@@ -168,21 +315,62 @@ class RolloutWorker:
             self._stopped = True
 
 
+PNL_CUM_USD = "pnl_cum_usd"
+RETURN_CUM = "return_cum"
+EPISODE_RETURN_MEAN = "episode_return_mean"
+RETURN_WINDOW = 100
+"""episode_return_mean is the mean return of the last RETURN_WINDOW episodes that ended, over all workers."""
+
+
 @dataclass(kw_only=True)
 class EpisodeStats:
-    """Running totals over the batches' metadata (what the driver puts in diag: pnl_cum_usd, env_steps)."""
+    """Running totals over the batches' metadata: what the learner worker puts in each diag line (`diag()`).
 
+    Wire version 1 carries one number per ended episode, episode_pnl_usd: the market's final pnl_usd, or, for
+    an env without pnl (has_pnl=False), the episode's return. The market's reward is its change in equity, so
+    its episode return is its pnl: return_cum and episode_return_mean mean the same for every env, and
+    pnl_cum_usd is there only for the market.
+    """
+
+    has_pnl: bool = True
+    """The env reports pnl_usd (the market); False for any other env: no pnl_cum_usd in the diag."""
     env_steps: int = 0
     episodes: int = 0
+    return_cum: float = 0.0
+    """Sum of the returns of every episode that ended so far, over all workers (= pnl_cum_usd for the market)."""
+    recent_returns: list[float] = field(default_factory=list)
+    """Returns of the last RETURN_WINDOW episodes that ended, oldest first."""
     pnl_cum_usd: float = 0.0
     """Sum of the final pnl_usd of every episode that ended so far, over all workers."""
     last_episode_pnl_usd: float = 0.0
     """Mean final pnl_usd of the episodes that ended in the latest batch that had any."""
 
     def add(self, meta: dict) -> None:
-        pnl = meta["episode_pnl_usd"]
+        returns = meta["episode_pnl_usd"]
         self.env_steps += int(meta["env_steps"])
-        self.episodes += int(pnl.size)
-        if pnl.size:
-            self.pnl_cum_usd += float(pnl.sum())
-            self.last_episode_pnl_usd = float(pnl.mean())
+        self.episodes += int(returns.size)
+        if returns.size:
+            self.return_cum += float(returns.sum())
+            self.recent_returns = (self.recent_returns + returns.tolist())[-RETURN_WINDOW:]
+            if self.has_pnl:
+                self.pnl_cum_usd += float(returns.sum())
+                self.last_episode_pnl_usd = float(returns.mean())
+
+    @property
+    def episode_return_mean(self) -> float | None:
+        """Mean return of the last RETURN_WINDOW ended episodes; None before the first one ends."""
+        return sum(self.recent_returns) / len(self.recent_returns) if self.recent_returns else None
+
+    def diag(self) -> dict[str, float | int]:
+        """env_steps, episodes, return_cum, episode_return_mean (once an episode ended) and, for the market,
+        pnl_cum_usd."""
+        out: dict[str, float | int] = {
+            "env_steps": self.env_steps,
+            "episodes": self.episodes,
+            RETURN_CUM: self.return_cum,
+        }
+        if (mean := self.episode_return_mean) is not None:
+            out[EPISODE_RETURN_MEAN] = mean
+        if self.has_pnl:
+            out[PNL_CUM_USD] = self.pnl_cum_usd
+        return out

@@ -1,14 +1,17 @@
 """actors.rollout.RolloutWorker in serial mode: shapes, determinism, continuity, the NEXT_STEP valid mask,
-behaviour log-probs, and its batches driving a real smoke Learner (policy version and lag)."""
+behaviour log-probs, its batches driving a real smoke Learner (policy version and lag), and EpisodeStats' diag
+keys with and without pnl. Other Gymnasium envs: tests/test_env_id.py."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 import pytest
 import torch
 
 from actors import wire
-from actors.rollout import EpisodeStats, RolloutConfig, RolloutWorker
+from actors.rollout import RETURN_WINDOW, EpisodeStats, RolloutConfig, RolloutWorker
 from foxhunt_ray.presets import preset
 from learner.learner import Learner
 from lobsim_env import MarketConfig
@@ -130,7 +133,7 @@ def test_set_weights_and_sample_errors(learner):
     with pytest.raises(ValueError, match=r"weights\['version'\]=None"):
         w.set_weights({})
     wrong = Learner(preset("smoke"), obs_dim=w.obs_dim + 1, n_actions=w.n_actions).policy_weights()
-    with pytest.raises(ValueError, match=rf"obs_dim={w.obs_dim + 1}.*this market has obs_dim={w.obs_dim}"):
+    with pytest.raises(ValueError, match=rf"obs_dim={w.obs_dim + 1}.*this env has obs_dim={w.obs_dim}"):
         w.set_weights(wrong)
     w.set_weights(learner.policy_weights())
     with pytest.raises(ValueError, match="n_steps=0 must be an int >= 1"):
@@ -149,3 +152,35 @@ def test_config_errors():
     ]
     with pytest.raises(ValueError, match=r"worker_index=-1 must be an int >= 0"):
         RolloutWorker(RolloutConfig(), MARKET, worker_index=-1, seed=0)
+
+
+def episode_meta(returns: list[float], env_steps: int = 8) -> dict:
+    return {"env_steps": env_steps, "episode_pnl_usd": np.array(returns, np.float64)}
+
+
+def test_episode_stats_diag_with_and_without_pnl():
+    market = EpisodeStats()  # the market: its episode return is its pnl
+    assert market.diag() == {"env_steps": 0, "episodes": 0, "return_cum": 0.0, "pnl_cum_usd": 0.0}
+    market.add(episode_meta([10.0, -4.0]))
+    market.add(episode_meta([]))
+    assert market.diag() == {
+        "env_steps": 16,
+        "episodes": 2,
+        "return_cum": 6.0,
+        "episode_return_mean": 3.0,
+        "pnl_cum_usd": 6.0,
+    }
+    assert market.last_episode_pnl_usd == 3.0
+    other = EpisodeStats(has_pnl=False)  # e.g. CartPole: returns only, no pnl key at all
+    for i in range(RETURN_WINDOW + 20):
+        other.add(episode_meta([float(i)]))
+    d = other.diag()
+    assert "pnl_cum_usd" not in d and d["episodes"] == RETURN_WINDOW + 20
+    assert d["return_cum"] == sum(range(RETURN_WINDOW + 20))
+    assert d["episode_return_mean"] == np.mean(range(20, RETURN_WINDOW + 20))  # the last RETURN_WINDOW only
+    assert EpisodeStats(**dataclasses.asdict(other)) == other  # what a checkpoint keeps
+
+
+def test_market_worker_reports_pnl():
+    w = make_worker()
+    assert w.has_pnl and w.env_id == "foxhunt/LOB-v0"
