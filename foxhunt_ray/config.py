@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from actors.kill_rules import KillConfig
-from actors.rollout import RolloutConfig
+from actors.rollout import RolloutConfig, is_market
 from learner.config import LearnerConfig
+from lobsim_env import ENV_ID
 from lobsim_env.config import MarketConfig
 
 
@@ -38,6 +39,11 @@ class RunConfig:
     """Name of the preset this config started from (foxhunt_ray.presets)."""
     seed: int = 0
     """Base seed: rollout worker i seeds its books with seed + i; the learner uses seed."""
+    env_id: str = ENV_ID
+    """Gymnasium id the rollout workers step: the market (configured by `market`) or any registered id with a
+    1-D Box observation and a Discrete action space; 'module:Id' imports module first (docs/running.md)."""
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Constructor keywords of an env other than the market, e.g. {"max_episode_steps": 200}."""
     market: MarketConfig = field(default_factory=MarketConfig)
     """The limit-order-book market the agent trades in."""
     learner: LearnerConfig = field(default_factory=LearnerConfig)
@@ -51,6 +57,12 @@ class RunConfig:
         errs = []
         if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
             errs.append(f"seed={self.seed!r} must be an int >= 0")
+        if not isinstance(self.env_id, str) or not self.env_id.strip():
+            errs.append(f"env_id={self.env_id!r} must be a Gymnasium id such as {ENV_ID!r} or 'CartPole-v1'")
+        if not isinstance(self.env_kwargs, dict) or not all(isinstance(k, str) for k in self.env_kwargs):
+            errs.append(f'env_kwargs={self.env_kwargs!r} must be a JSON object, e.g. {{"max_episode_steps": 200}}')
+        elif self.env_kwargs and isinstance(self.env_id, str) and is_market(self.env_id):
+            errs.append(f"env_kwargs={self.env_kwargs!r} is for other envs: set the market's fields (market.*)")
         for name in ("market", "learner", "rollout", "kill"):
             errs += [e if e.startswith(f"{name}.") else f"{name}.{e}" for e in getattr(self, name).errors()]
         return errs

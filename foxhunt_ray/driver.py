@@ -1,6 +1,8 @@
 """The driver shared by `python -m foxhunt_ray.local` and `python -m foxhunt_ray.job`.
 
-It resolves the preset and the `--set` overrides into one RunConfig, validates it (every bad value at once),
+It resolves the preset and the `--set` overrides into one RunConfig, validates it (every bad value at once, the
+env's too: `--env-id` must name a registered Gymnasium env with a 1-D Box observation and a Discrete action
+space, whose spaces size the learner; actors.rollout.probe_env),
 stamps the code (foxhunt_ray.provenance) and refuses a mismatch with `--expect-code-sha`, creates
 `<out>/<code_sha>/<fold>/` with config.json, diag.jsonl, summary.json and checkpoints/, and runs the roles
 (foxhunt_ray.loops):
@@ -31,10 +33,12 @@ from pathlib import Path
 from actors.kill_rules import EXIT_ERROR, EXIT_OK
 from actors.learner_worker import list_checkpoints
 from actors.monitor import DIAG_FILE, DiagFileError, Monitor, load_baseline, read_diag, step_records
+from actors.rollout import EnvSpaces, is_market, probe_env
 from foxhunt_ray import provenance
 from foxhunt_ray.config import ConfigError, RunConfig, apply_overrides, from_dict
 from foxhunt_ray.loops import Hook, Progress, run_ray, run_serial
 from foxhunt_ray.presets import PRESET_NAMES, run_preset
+from lobsim_env import ENV_ID
 
 CONFIG_FILE = "config.json"
 
@@ -75,6 +79,13 @@ class DriverConfig:
 def parse_args(argv: list[str] | None, prog: str) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog=prog, description="Train foxhunt_ray: rollout workers, learner, monitor.")
     p.add_argument("--preset", choices=PRESET_NAMES, default=None, help="named config (default plan_a_v2)")
+    p.add_argument(
+        "--env-id",
+        default=None,
+        metavar="ID",
+        help=f"Gymnasium env id (default {ENV_ID}, the market): any registered id with a 1-D Box observation and "
+        "a Discrete action space, e.g. CartPole-v1; 'module:Id' imports module first",
+    )
     p.add_argument("--steps", type=int, default=None, help="learner updates (default 200)")
     p.add_argument("--rollout-workers", type=int, default=None, help="rollout workers (default 2)")
     p.add_argument("--envs-per-worker", type=int, default=None, help="books per rollout worker (rollout.num_envs)")
@@ -107,6 +118,7 @@ class Plan:
 
     config: RunConfig
     driver: DriverConfig
+    spaces: EnvSpaces
     run_dir: Path
     code_sha: str
     baseline: str | None
@@ -135,6 +147,8 @@ def resolve(args: argparse.Namespace) -> Plan:
     errs: list[str] = []
     config = run_preset(args.preset or "plan_a_v2")
     sets = list(args.overrides)
+    if args.env_id is not None:
+        sets.append(f"env_id={json.dumps(args.env_id)}")
     if args.seed is not None:
         sets.append(f"seed={args.seed}")
     if args.envs_per_worker is not None:
@@ -143,19 +157,29 @@ def resolve(args: argparse.Namespace) -> Plan:
         sets.append(f"learner.inject_nan_at={args.inject_nan_at}")
     if args.flip_distill_sign:
         sets.append("learner.flip_distill_sign=true")
+    spaces = None
     try:
         config = apply_overrides(config, sets)
         errs += config.errors()
+        spaces = _probe(config, errs)
     except ConfigError as err:
         errs += err.errors
     driver = DriverConfig(**_driver_flags(args))
     errs += driver.errors()
     if args.baseline is not None:
         try:
-            load_baseline(args.baseline)  # read once here so that a bad baseline stops the run before it starts
+            baseline = load_baseline(args.baseline)  # read once here: a bad baseline stops the run before it starts
         except DiagFileError as err:
             errs.append(f"--baseline={args.baseline}: {err}")
-    if errs:
+        else:
+            # older runs stamped no env_id: they all trained on the market
+            base_env = next(iter(baseline.values())).get("env_id", ENV_ID)
+            if spaces is not None and base_env != config.env_id:
+                errs.append(
+                    f"--baseline={args.baseline} trained on env {base_env!r}, this run on {config.env_id!r}: "
+                    "its l_c51 and pnl are no reference here; pick a baseline run of the same env"
+                )
+    if errs or spaces is None:
         raise ConfigError(errs)
     run_dir = Path(args.out) / sha / str(driver.fold)
     if (run_dir / DIAG_FILE).exists() or (run_dir / CONFIG_FILE).exists():
@@ -166,12 +190,26 @@ def resolve(args: argparse.Namespace) -> Plan:
     return Plan(
         config=config,
         driver=driver,
+        spaces=spaces,
         run_dir=run_dir,
         code_sha=sha,
         baseline=args.baseline,
         serial=args.serial,
         quiet=args.quiet,
     )
+
+
+def _probe(config: RunConfig, errs: list[str]) -> EnvSpaces | None:
+    """The env's spaces (one throwaway copy built and checked, as a rollout worker builds it); a problem goes
+    into errs with every other bad value, and the run does not start."""
+    bad_env = [e for e in errs if e.startswith(("env_id=", "env_kwargs="))]
+    if bad_env or (is_market(config.env_id) and any(e.startswith("market.") for e in errs)):
+        return None  # already reported: building the env would only repeat it
+    try:
+        return probe_env(config.env_id, market=config.market, env_kwargs=config.env_kwargs)
+    except Exception as err:  # the env's own constructor may raise anything; name the env and stop before the run
+        errs.append(str(err) if isinstance(err, ValueError) else f"env_id={config.env_id!r} failed to build: {err!r}")
+        return None
 
 
 def _driver_flags(args: argparse.Namespace) -> dict:
@@ -181,7 +219,11 @@ def _driver_flags(args: argparse.Namespace) -> dict:
 
 def _resolve_resume(args: argparse.Namespace, sha: str) -> Plan:
     run_dir = Path(args.resume)
-    fixed = [f for f in ("preset", "seed", "envs_per_worker", "fold", "inject_nan_at", "baseline") if getattr(args, f)]
+    fixed = [
+        f
+        for f in ("preset", "env_id", "seed", "envs_per_worker", "fold", "inject_nan_at", "baseline")
+        if getattr(args, f)
+    ]
     fixed += ["set"] * bool(args.overrides) + ["flip_distill_sign"] * args.flip_distill_sign
     if fixed:
         raise UsageError(
@@ -194,7 +236,9 @@ def _resolve_resume(args: argparse.Namespace, sha: str) -> Plan:
         driver = from_dict(DriverConfig, {**saved["driver"], **_driver_flags(args)})
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise UsageError(f"cannot resume {run_dir}: {CONFIG_FILE} unreadable ({err}); pass a run folder") from None
-    if errs := driver.errors():
+    errs = driver.errors()
+    spaces = _probe(config, errs)
+    if errs or spaces is None:
         raise ConfigError(errs)
     diag_path = run_dir / DIAG_FILE
     last = max((r["step"] for r in step_records(read_diag(diag_path))), default=0) if diag_path.exists() else 0
@@ -209,6 +253,7 @@ def _resolve_resume(args: argparse.Namespace, sha: str) -> Plan:
     return Plan(
         config=config,
         driver=driver,
+        spaces=spaces,
         run_dir=run_dir,
         code_sha=sha,
         baseline=saved.get("baseline"),
@@ -272,7 +317,12 @@ def main(
     args = parse_args(argv, prog)
     try:
         plan = resolve(args)
-        stamp = {"code_sha": plan.code_sha, "preset": plan.config.preset, "fold": plan.driver.fold}
+        stamp = {
+            "code_sha": plan.code_sha,
+            "preset": plan.config.preset,
+            "env_id": plan.config.env_id,
+            "fold": plan.driver.fold,
+        }
         resume_at = plan.resume_step if plan.checkpoint is not None else None
         if not plan.serial:
             _connect_ray(ray_init)  # before the run folder: a cluster that is not there leaves no half run
@@ -290,7 +340,8 @@ def main(
     progress = Progress(plan)
     mode = "serial" if plan.serial else "ray"
     print(
-        f"run folder {plan.run_dir}  ({mode}, preset {plan.config.preset}, code {plan.code_sha}, "
+        f"run folder {plan.run_dir}  ({mode}, preset {plan.config.preset}, env {plan.config.env_id}, "
+        f"code {plan.code_sha}, "
         f"updates {plan.resume_step}..{plan.driver.steps})",
         flush=True,
     )

@@ -21,9 +21,7 @@ from typing import TYPE_CHECKING
 
 from actors.learner_worker import LearnerWorker
 from actors.monitor import Monitor
-from actors.rollout import RolloutWorker
-from lobsim_env import N_ACTIONS
-from lobsim_env.core import obs_size
+from actors.rollout import EPISODE_RETURN_MEAN, PNL_CUM_USD, RolloutWorker
 
 if TYPE_CHECKING:
     from actors.kill_rules import KillDecision
@@ -34,7 +32,8 @@ RESUME_SEED_STRIDE = 1_000_003  # a resumed run's rollout workers get fresh book
 
 
 class Progress:
-    """The progress line: updates, env steps/s, qpa_ema, pnl; at most one line every `every_s` seconds."""
+    """The progress line: updates, env steps/s, qpa_ema, pnl (the market) or the mean episode return (any other
+    env); at most one line every `every_s` seconds."""
 
     def __init__(self, plan: Plan, every_s: float = 2.0):
         self.total, self.quiet, self.every_s = plan.driver.steps, plan.quiet, every_s
@@ -53,10 +52,13 @@ class Progress:
             return
         self.last_print, self.shown_step = now, rec["step"]
         elapsed = max(now - self.start, 1e-9)
+        if PNL_CUM_USD in rec:
+            outcome = f"pnl ${rec[PNL_CUM_USD]:,.0f}"
+        else:
+            outcome = f"return {rec.get(EPISODE_RETURN_MEAN, float('nan')):.1f} (last 100 episodes)"
         print(
             f"[{elapsed:7.1f}s] update {rec['step']}/{self.total}  env steps {env:,} "
-            f"({(env - self.env0) / elapsed:,.0f}/s)  qpa_ema {rec.get('qpa_ema', float('nan')):+.3f}  "
-            f"pnl ${rec.get('pnl_cum_usd', 0.0):,.0f}",
+            f"({(env - self.env0) / elapsed:,.0f}/s)  qpa_ema {rec.get('qpa_ema', float('nan')):+.3f}  {outcome}",
             flush=True,
         )
 
@@ -67,11 +69,23 @@ def worker_seed(plan: Plan) -> int:
 
 def learner_kwargs(plan: Plan) -> dict:
     return dict(
-        obs_dim=obs_size(plan.config.market),
-        n_actions=int(N_ACTIONS),
+        obs_dim=plan.spaces.obs_dim,
+        n_actions=plan.spaces.n_actions,
+        has_pnl=plan.spaces.has_pnl,
         run_dir=str(plan.run_dir),
         seed=plan.config.seed,
         checkpoint_every=plan.driver.checkpoint_every,
+    )
+
+
+def worker_kwargs(plan: Plan, worker_index: int) -> dict:
+    cfg = plan.config
+    return dict(
+        worker_index=worker_index,
+        seed=worker_seed(plan),
+        fold=plan.driver.fold,
+        env_id=cfg.env_id,
+        env_kwargs=cfg.env_kwargs,
     )
 
 
@@ -91,7 +105,7 @@ def run_serial(plan: Plan, monitor: Monitor, progress: Progress, hook: Hook | No
     rollout = dataclasses.replace(cfg.rollout, torch_threads=torch.get_num_threads())
     weights = learner.policy_weights()
     workers = [
-        RolloutWorker(rollout, cfg.market, worker_index=i, seed=worker_seed(plan), fold=drv.fold, weights=weights)
+        RolloutWorker(rollout, cfg.market, weights=weights, **worker_kwargs(plan, i))
         for i in range(drv.rollout_workers)
     ]
     code, i = None, 0
@@ -136,7 +150,7 @@ def run_ray(plan: Plan, monitor: MonitorHandle, progress: Progress, hook: Hook |
         cls = remote.rollout_actor(cpus=remote.rollout_cpus(drv.rollout_workers), max_restarts=drv.max_worker_restarts)
         # a restarted actor reruns its constructor: with these weights it can sample at once
         workers = [
-            cls.remote(cfg.rollout, cfg.market, worker_index=i, seed=worker_seed(plan), fold=drv.fold, weights=weights)
+            cls.remote(cfg.rollout, cfg.market, weights=weights, **worker_kwargs(plan, i))
             for i in range(drv.rollout_workers)
         ]
         return _drive(plan, monitor, progress, learner, workers, hook)
@@ -156,9 +170,7 @@ MAX_UPDATES_IN_FLIGHT = 2  # one running on the learner, one queued: the learner
 MAX_LOST_IN_A_ROW = 8
 
 
-def _drive(
-    plan: Plan, monitor: MonitorHandle, progress: Progress, learner, workers: list, hook: Hook | None
-) -> int:
+def _drive(plan: Plan, monitor: MonitorHandle, progress: Progress, learner, workers: list, hook: Hook | None) -> int:
     import ray
 
     drv = plan.driver
