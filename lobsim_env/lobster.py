@@ -5,9 +5,10 @@ their error messages are written out in docs/lobster.md.
 
 Two parsers, with the same arrays and the same errors (tests/test_lobster_fast.py). Where the optional
 compiled module is built (lobsim_env/_lobster_fast.c; `pip install -e .` builds it where a C compiler exists),
-it parses each file in one pass and checks the orderbook rules in that pass, the orderbook piece by piece as it
-is inflated, so that each piece is parsed while it is in cache. It accepts only plain integer text in the
-expected shape: anything else, and every file where it is not built, goes to the numpy path.
+it parses each file in one pass and checks the orderbook rules in that pass, and it inflates zip members with
+libdeflate where the system has that library (several times faster than zlib; checked against the zip's size
+and CRC-32). It accepts only plain integer text in the expected shape: anything else, and every file where it
+is not built, goes to the numpy path.
 
 The numpy path is vectorised: each zip member is read into memory (no extraction to disk), newlines become
 commas with a sentinel value appended to every line, and `np.fromstring` parses the whole file at once. A line
@@ -19,15 +20,13 @@ takes over: it either parses the file exactly (e.g. a timestamp without a decima
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import re
+import struct
 import time
+import warnings
 import zipfile
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
 
 import numpy as np
 
@@ -56,6 +55,15 @@ _NAME = re.compile(
 try:  # the optional compiled parser (pyproject.toml builds it where a C compiler exists)
     from lobsim_env import _lobster_fast as _C
 except ImportError:  # not built: the numpy path parses and validates everything, with the same results
+    _C = None
+_API = 1
+"""The version of lobsim_env/_lobster_fast.c's functions that this file calls (its API constant)."""
+if _C is not None and getattr(_C, "API", None) != _API:
+    warnings.warn(
+        f"{_C.__file__} was built from another version of lobsim_env/_lobster_fast.c (API "
+        f"{getattr(_C, 'API', None)}, this code needs {_API}); using the numpy path. Rebuild it: pip install -e .",
+        stacklevel=1,
+    )
     _C = None
 _VALID, _INVALID, _FALLBACK = 0, 1, 2
 """The compiled parser's statuses: parsed and valid; parsed, some rule broken (the numpy validator names it);
@@ -115,42 +123,45 @@ def load_day(
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such file; pass a LOBSTER zip or a *_message_<L>.csv file")
-    with contextlib.ExitStack() as files:
-        if path.suffix.lower() == ".zip":
-            zf = files.enter_context(_open_zip(path))
-            msg_name, ob_name = _zip_members(zf, path)
-            msg_text = zf.read(msg_name)
-            open_book = functools.partial(zf.open, ob_name)
-        elif path.suffix.lower() == ".csv":
-            msg_name, ob_name, open_book = path.name, None, None
-            msg_text = path.read_bytes()
-            ob_path = path.with_name(path.name.replace("_message_", "_orderbook_"))
-            if "_message_" in path.name and ob_path.exists():
-                ob_name, open_book = ob_path.name, functools.partial(ob_path.open, "rb")
-        else:
-            raise LobsterFormatError(f"{path}: expected a LOBSTER .zip or a *_message_<L>.csv file")
-        lap("read")
-        meta = _name_fields(msg_name, "message", where=str(path))
-        file_levels = int(meta["levels"])
-        if levels is None:
-            levels = file_levels
-        if not isinstance(levels, int) or isinstance(levels, bool) or not 1 <= levels <= file_levels:
-            raise LobsterFormatError(
-                f"{path}: levels={levels!r} must be an integer in 1..{file_levels} (the file's depth)"
-            )
-        label = _label(path, msg_name)
-        cols = _parse_messages(msg_text, label)
-        time_ns, event_type, order_id, size, price, direction = cols
-        lap("parse_messages")
-        _validate_messages(label, time_ns, event_type, order_id, size, price, direction)
-        lap("validate_messages")
-        book = None
-        if open_book is not None:
-            ob_label = _label(path, ob_name)
-            book = _load_book(open_book, file_levels, ob_label, time_ns.shape[0], lap)
-            if levels < file_levels:
-                book = np.ascontiguousarray(book[:, : 4 * levels])
-            lap("validate_orderbook")
+    if path.suffix.lower() == ".zip":
+        msg_name, msg_text, ob_name, ob_text = _read_zip(path)
+    elif path.suffix.lower() == ".csv":
+        msg_name, ob_name = path.name, None
+        msg_text = path.read_bytes()
+        ob_path = path.with_name(path.name.replace("_message_", "_orderbook_"))
+        ob_text = None
+        if "_message_" in path.name and ob_path.exists():
+            ob_name, ob_text = ob_path.name, ob_path.read_bytes()
+    else:
+        raise LobsterFormatError(f"{path}: expected a LOBSTER .zip or a *_message_<L>.csv file")
+    lap("read")
+    meta = _name_fields(msg_name, "message", where=str(path))
+    file_levels = int(meta["levels"])
+    if levels is None:
+        levels = file_levels
+    if not isinstance(levels, int) or isinstance(levels, bool) or not 1 <= levels <= file_levels:
+        raise LobsterFormatError(f"{path}: levels={levels!r} must be an integer in 1..{file_levels} (the file's depth)")
+    label = _label(path, msg_name)
+    cols = _parse_messages(msg_text, label)
+    time_ns, event_type, order_id, size, price, direction = cols
+    lap("parse_messages")
+    _validate_messages(label, time_ns, event_type, order_id, size, price, direction)
+    lap("validate_messages")
+    book = None
+    if ob_text is not None:
+        ob_label = _label(path, ob_name)
+        book, checked = _parse_table(ob_text, file_levels, ob_label, time_ns.shape[0])
+        lap("parse_orderbook")
+        if checked != _VALID:
+            _validate_book(ob_label, book, file_levels)
+            if checked == _INVALID:
+                raise RuntimeError(
+                    f"{ob_label}: the compiled parser found a broken rule that lobster._validate_book does not; "
+                    "this is a bug in lobsim_env/_lobster_fast.c (the numpy path alone: lobster._C = None)"
+                )
+        if levels < file_levels:
+            book = np.ascontiguousarray(book[:, : 4 * levels])
+        lap("validate_orderbook")
     return LobsterDay(
         ticker=meta["ticker"],
         date=meta["date"],
@@ -172,18 +183,15 @@ integers), validate (the rules of docs/lobster.md). The orderbook stages are abs
 
 
 class _Laps:
-    """Adds the seconds since the previous lap to `into[name]`; does nothing when `into` is None.
-
-    `reading`: seconds of this lap spent reading the file, which are added to the "read" stage instead."""
+    """Adds the seconds since the previous lap to `into[name]`; does nothing when `into` is None."""
 
     def __init__(self, into: dict[str, float] | None) -> None:
         self.into, self.last = into, time.perf_counter()
 
-    def __call__(self, name: str, *, reading: float = 0.0) -> None:
+    def __call__(self, name: str) -> None:
         if self.into is not None:
             now = time.perf_counter()
-            self.into[name] = self.into.get(name, 0.0) + now - self.last - reading
-            self.into["read"] = self.into.get("read", 0.0) + reading
+            self.into[name] = self.into.get(name, 0.0) + now - self.last
             self.last = now
 
 
@@ -201,11 +209,26 @@ def _name_fields(name: str, kind: str, *, where: str) -> dict[str, str]:
     return m.groupdict()
 
 
-def _open_zip(path: Path) -> zipfile.ZipFile:
+def backend() -> str:
+    """What load_day and replay run on here, e.g. 'compiled parser, libdeflate inflate' (for benchmarks)."""
+    parser = "compiled parser" if _C is not None else "numpy parser (no usable compiled module)"
+    return f"{parser}, {'libdeflate' if _fast_inflate() else 'zlib'} inflate"
+
+
+def _fast_inflate() -> bool:
+    """Whether zip members are inflated by libdeflate (the compiled module found it on this system)."""
+    return _C is not None and _C.fast_inflate()
+
+
+def _read_zip(path: Path) -> tuple[str, bytes, str, bytes]:
+    """The message and orderbook members' names and bytes, checked to be one pair."""
     try:
-        return zipfile.ZipFile(path)
+        zf = zipfile.ZipFile(path)
     except zipfile.BadZipFile as e:
         raise LobsterFormatError(f"{path}: not a readable zip archive ({e})") from e
+    with zf:
+        msg, ob = _zip_members(zf, path)
+        return msg, _read_member(zf, path, msg), ob, _read_member(zf, path, ob)
 
 
 def _zip_members(zf: zipfile.ZipFile, path: Path) -> tuple[str, str]:
@@ -227,6 +250,23 @@ def _zip_members(zf: zipfile.ZipFile, path: Path) -> tuple[str, str]:
             "(ticker, date, window and levels must agree)"
         )
     return found["message"], found["orderbook"]
+
+
+def _read_member(zf: zipfile.ZipFile, path: Path, name: str) -> bytes:
+    """A zip member's bytes: inflated by libdeflate where it is found (checked against the zip's size and
+    CRC-32), else by zipfile (zlib; also what names a corrupt member)."""
+    info = zf.getinfo(name)
+    if _fast_inflate() and info.compress_type == zipfile.ZIP_DEFLATED and not info.flag_bits & 1:  # not encrypted
+        with open(path, "rb") as f:
+            f.seek(info.header_offset)
+            header = f.read(30)  # the local header, then the name and extra field, then the stream
+            if len(header) == 30 and header[:4] == b"PK\x03\x04":
+                name_len, extra_len = struct.unpack("<HH", header[26:30])
+                f.seek(info.header_offset + 30 + name_len + extra_len)
+                text = _C.inflate(f.read(info.compress_size), info.file_size, info.CRC)
+                if text is not None:
+                    return text
+    return zf.read(name)
 
 
 # --------------------------------------------------------------------------------------------------- parsing
@@ -290,57 +330,6 @@ def _read_exactly(text: bytes, count: int) -> np.ndarray | None:
         return None
 
 
-def _load_book(open_book: Callable[[], BinaryIO], levels: int, label: str, nrows: int, lap: _Laps) -> np.ndarray:
-    """Read, parse and validate the orderbook file (`nrows` rows of 4 * `levels` integers)."""
-    book, checked, reading = None, _UNCHECKED, 0.0
-    if _C is not None:
-        book, checked, reading = _stream_book(open_book, levels, nrows)
-    if book is None:  # the numpy path, or the compiled parser on the whole text (e.g. CRLF, once normalised)
-        with open_book() as f:
-            text = f.read()
-        lap("read")
-        book, checked = _parse_table(text, levels, label, nrows)
-        reading = 0.0
-    lap("parse_orderbook", reading=reading)
-    if checked != _VALID:
-        _validate_book(label, book, levels)
-        if checked == _INVALID:
-            raise RuntimeError(
-                f"{label}: the compiled parser found a broken rule that lobster._validate_book does not; "
-                "this is a bug in lobsim_env/_lobster_fast.c (the numpy path alone: lobster._C = None)"
-            )
-    return book
-
-
-_PIECE = 1 << 19
-"""Bytes of the orderbook file inflated and parsed at a time: each piece is parsed while it is in cache."""
-
-
-def _stream_book(open_book: Callable[[], BinaryIO], levels: int, nrows: int) -> tuple[np.ndarray | None, int, float]:
-    """The compiled parser on the orderbook file piece by piece as it is read (and inflated): the book, its
-    _VALID / _INVALID, and the seconds spent reading. (None, _UNCHECKED, seconds) where some piece is not
-    plain lines of integers, or the row count differs: the caller then parses the whole text, and names
-    what is wrong."""
-    book = np.empty((nrows, 4 * levels), np.int64)
-    rows, checked, reading, tail = 0, _VALID, 0.0, b""
-    with open_book() as f:
-        while True:
-            t0 = time.perf_counter()
-            piece = f.read(_PIECE)
-            reading += time.perf_counter() - t0
-            if not piece:
-                if not tail:
-                    break
-                piece = b"\n"  # the last line has no newline
-            text = tail + piece  # tail: the line cut at the end of the previous piece
-            cut = text.rfind(b"\n") + 1
-            status, n = _C.parse_book(memoryview(text)[:cut], book, rows, levels)
-            if status == _FALLBACK:
-                return None, _UNCHECKED, reading
-            rows, checked, tail = rows + n, max(checked, status), text[cut:]
-    return (book, checked, reading) if rows == nrows else (None, _UNCHECKED, reading)
-
-
 def _parse_table(text: bytes, levels: int, label: str, nrows: int) -> tuple[np.ndarray, int]:
     """The orderbook file: `nrows` lines of 4 * `levels` integers, and whether _validate_book's rules were
     checked on them (_VALID, _INVALID: by the compiled parser) or are still to be (_UNCHECKED)."""
@@ -348,7 +337,7 @@ def _parse_table(text: bytes, levels: int, label: str, nrows: int) -> tuple[np.n
     ncols = 4 * levels
     if _C is not None:
         values = np.empty((nrows, ncols), np.int64)
-        status, rows = _C.parse_book(text, values, 0, levels)
+        status, rows = _C.parse_book(text, values, levels)
         if status != _FALLBACK and rows == nrows:
             return values, status
     values = _fast_ints(text, ncols, nrows, saturation=False)

@@ -2,14 +2,18 @@
 
 Both must give bit-identical arrays and the very same LobsterFormatError messages on every input: the
 compiled parser only ever accepts plain integer text (anything else goes to the numpy parser), and where it
-finds a broken rule the numpy validator names it. tests/test_lobster.py runs each of its cases on both paths;
-this file compares them on all six sample files (load and full replay), on text cut into pieces anywhere, and
-on random valid and broken files (hypothesis).
+finds a broken rule the numpy validator names it. Zip members are inflated by libdeflate where the module
+finds it, else by zlib. tests/test_lobster.py runs each of its cases on both paths; this file compares them on
+all six sample files (load with either inflater, and full replay), on corrupt members, and on random valid and
+broken files (hypothesis).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import struct
+import zipfile
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +23,7 @@ from hypothesis import strategies as st
 
 from lobsim_env import lobster, replay
 from lobsim_env.lobster import DUMMY_ASK_PRICE, DUMMY_BID_PRICE, MAX_SIZE, LobsterDay, LobsterFormatError, load_day
-from tests.test_lobster import BOOK, DATA, MESSAGES, STEM, needs_data, write_day
+from tests.test_lobster import BOOK, DATA, MESSAGES, STEM, needs_data
 from tests.test_replay import EXPECTED, random_day, small_day
 
 pytestmark = pytest.mark.skipif(
@@ -64,10 +68,14 @@ def sample_pair(request: pytest.FixtureRequest) -> tuple[LobsterDay, LobsterDay]
 
 
 @needs_data
-def test_sample_files_load_identically(sample_pair: tuple[LobsterDay, LobsterDay]) -> None:
+def test_sample_files_load_identically(
+    sample_pair: tuple[LobsterDay, LobsterDay], monkeypatch: pytest.MonkeyPatch
+) -> None:
     compiled, numpy_day = sample_pair
     assert_same(compiled, numpy_day)
     assert compiled.book.flags.c_contiguous  # the compiled parser writes rows in place
+    monkeypatch.setattr(lobster, "_fast_inflate", lambda: False)  # zlib
+    assert_same(load_day(compiled.source), numpy_day)
 
 
 @needs_data
@@ -112,26 +120,52 @@ def test_inconsistent_and_halted_messages_replay_identically() -> None:
         assert np.array_equal(getattr(fast, f), getattr(ref, f)), f
 
 
-@pytest.mark.parametrize("piece", [1, 5, 64, 4096, 1 << 16])
-def test_orderbook_read_in_pieces_cut_anywhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, piece: int) -> None:
-    paths = [write_day(tmp_path, MESSAGES, BOOK)]
-    if piece >= 4096 and (DATA / "LOBSTER_SampleFile_GOOG_2012-06-21_1.zip").exists():
-        paths.append(DATA / "LOBSTER_SampleFile_GOOG_2012-06-21_1.zip")
-    for path in paths:
-        whole = load_day(path)
-        with monkeypatch.context() as mp:
-            mp.setattr(lobster, "_PIECE", piece)
-            assert_same(load_day(path), whole)
+def write_zip(folder: Path, messages: str, book: str, *, levels: int = 2) -> Path:
+    path = folder / f"LOBSTER_SampleFile_TEST_2012-06-21_{levels}.zip"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr(f"{STEM}_message_{levels}.csv", messages)
+        zf.writestr(f"{STEM}_orderbook_{levels}.csv", book)
+    return path
+
+
+def test_corrupt_member_is_reported_as_before(tmp_path: Path) -> None:
+    # libdeflate's output must match the zip's size and CRC-32, else zipfile reads the member and names it.
+    path = write_zip(tmp_path, "\n".join(MESSAGES) + "\n", "\n".join(BOOK * 50) + "\n")
+    with zipfile.ZipFile(path) as zf:
+        info = zf.getinfo(f"{STEM}_orderbook_2.csv")
+    raw = bytearray(path.read_bytes())
+    name_len, extra_len = struct.unpack("<HH", raw[info.header_offset + 26 : info.header_offset + 30])
+    raw[info.header_offset + 30 + name_len + extra_len + info.compress_size // 2] ^= 0x55
+    path.write_bytes(bytes(raw))
+    errors = []
+    for fast in (True, False):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(lobster, "_fast_inflate", lambda fast=fast: fast)
+            with pytest.raises((zipfile.BadZipFile, zlib.error)) as info:
+                load_day(path)
+            errors.append((type(info.value), str(info.value)))
+    assert errors[0] == errors[1]
+
+
+@pytest.mark.skipif(lobster._C is None or not lobster._C.fast_inflate(), reason="libdeflate is not on this system")
+def test_libdeflate_inflate_checks_size_and_crc() -> None:
+    text = b"5801000,50,5800000,100\n" * 1000
+    stream = zlib.compress(text)[2:-4]  # the raw DEFLATE stream, as in a zip
+    crc = zlib.crc32(text)
+    assert lobster._C.inflate(stream, len(text), crc) == text
+    assert lobster._C.inflate(stream, len(text), crc ^ 1) is None
+    assert lobster._C.inflate(stream, len(text) - 1, crc) is None
+    assert lobster._C.inflate(stream, len(text) + 1, crc) is None
+    assert lobster._C.inflate(stream[:-5], len(text), crc) is None
 
 
 def test_compiled_functions_check_their_buffers() -> None:
     out = np.empty((2, 4), np.int64)
     with pytest.raises(ValueError, match="parse_book"):
-        lobster._C.parse_book(b"1,2,3,4\n", np.empty((2, 3), np.int64), 0, 1)
-    with pytest.raises(ValueError, match="parse_book"):
-        lobster._C.parse_book(b"1,2,3,4\n", out, 3, 1)
-    assert lobster._C.parse_book(b"1,2,3,4\n", out, 1, 1) == (lobster._INVALID, 1)  # ask price 1: off the grid
-    assert lobster._C.parse_book(b"1,2,3,4\n1,2,3,4\n", out, 1, 1)[0] == lobster._FALLBACK  # no row left
+        lobster._C.parse_book(b"1,2,3,4\n", np.empty((2, 3), np.int64), 1)
+    assert lobster._C.parse_book(b"1,2,3,4\n", out, 1) == (lobster._INVALID, 1)  # ask price 1: off the grid
+    assert lobster._C.parse_book(b"1,2,3,4\n" * 3, out, 1)[0] == lobster._FALLBACK  # more lines than rows
+    assert lobster._C.parse_book(b"1,2,3\n", out, 1)[0] == lobster._FALLBACK
     with pytest.raises(ValueError, match="out"):
         lobster._C.parse_messages(b"1.5,1,1,1,100,1\n", 1, np.empty(5, np.int64))
 
@@ -252,7 +286,7 @@ def test_compiled_validation_is_exactly_the_numpy_rules(data: st.DataObject, lev
     # Where the text parses, the compiled verdict (valid / some rule broken) must be _validate_book's.
     text = data.draw(book_text(levels, rows))
     out = np.empty((rows, 4 * levels), np.int64)
-    status, n = lobster._C.parse_book(text, out, 0, levels)
+    status, n = lobster._C.parse_book(text, out, levels)
     if status == lobster._FALLBACK or n != rows:
         return
     try:
