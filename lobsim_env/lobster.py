@@ -56,7 +56,7 @@ try:  # the optional compiled parser (pyproject.toml builds it where a C compile
     from lobsim_env import _lobster_fast as _C
 except ImportError:  # not built: the numpy path parses and validates everything, with the same results
     _C = None
-_API = 1
+_API = 2
 """The version of lobsim_env/_lobster_fast.c's functions that this file calls (its API constant)."""
 if _C is not None and getattr(_C, "API", None) != _API:
     warnings.warn(
@@ -252,9 +252,12 @@ def _zip_members(zf: zipfile.ZipFile, path: Path) -> tuple[str, str]:
     return found["message"], found["orderbook"]
 
 
-def _read_member(zf: zipfile.ZipFile, path: Path, name: str) -> bytes:
+def _read_member(zf: zipfile.ZipFile, path: Path, name: str) -> bytes | np.ndarray:
     """A zip member's bytes: inflated by libdeflate where it is found (checked against the zip's size and
-    CRC-32), else by zipfile (zlib; also what names a corrupt member)."""
+    CRC-32), else by zipfile (zlib; also what names a corrupt member).
+
+    libdeflate's output goes to a numpy array, whose memory numpy asks for in 2 MB pages: a bytes object of
+    the GOOG level-10 orderbook (34 MB) costs 20-25 ms of 4 KB page faults on the build box, the array 5-10."""
     info = zf.getinfo(name)
     if _fast_inflate() and info.compress_type == zipfile.ZIP_DEFLATED and not info.flag_bits & 1:  # not encrypted
         with open(path, "rb") as f:
@@ -263,8 +266,8 @@ def _read_member(zf: zipfile.ZipFile, path: Path, name: str) -> bytes:
             if len(header) == 30 and header[:4] == b"PK\x03\x04":
                 name_len, extra_len = struct.unpack("<HH", header[26:30])
                 f.seek(info.header_offset + 30 + name_len + extra_len)
-                text = _C.inflate(f.read(info.compress_size), info.file_size, info.CRC)
-                if text is not None:
+                text = np.empty(info.file_size, np.uint8)
+                if _C.inflate(f.read(info.compress_size), text, info.CRC):
                     return text
     return zf.read(name)
 
@@ -330,16 +333,15 @@ def _read_exactly(text: bytes, count: int) -> np.ndarray | None:
         return None
 
 
-def _parse_table(text: bytes, levels: int, label: str, nrows: int) -> tuple[np.ndarray, int]:
+def _parse_table(text: bytes | np.ndarray, levels: int, label: str, nrows: int) -> tuple[np.ndarray, int]:
     """The orderbook file: `nrows` lines of 4 * `levels` integers, and whether _validate_book's rules were
     checked on them (_VALID, _INVALID: by the compiled parser) or are still to be (_UNCHECKED)."""
-    text = _normalise(text)
+    if (parsed := _compiled_table(text, levels, nrows)) is not None:
+        return parsed
+    text = _normalise(bytes(text))  # then maybe the compiled parser after all (e.g. CRLF line ends)
+    if (parsed := _compiled_table(text, levels, nrows)) is not None:
+        return parsed
     ncols = 4 * levels
-    if _C is not None:
-        values = np.empty((nrows, ncols), np.int64)
-        status, rows = _C.parse_book(text, values, levels)
-        if status != _FALLBACK and rows == nrows:
-            return values, status
     values = _fast_ints(text, ncols, nrows, saturation=False)
     if values is None and (found := text.count(b"\n")) != nrows:
         raise LobsterFormatError(
@@ -351,11 +353,24 @@ def _parse_table(text: bytes, levels: int, label: str, nrows: int) -> tuple[np.n
     return (values if values is not None else _slow_table(text, ncols, label)), _UNCHECKED
 
 
-def _parse_messages(text: bytes, label: str) -> tuple[np.ndarray, ...]:
-    text = _normalise(text)
-    if not text:
-        raise LobsterFormatError(f"{label}: the message file is empty; expected one message per line")
+def _compiled_table(text: bytes | np.ndarray, levels: int, nrows: int) -> tuple[np.ndarray, int] | None:
+    """The compiled parser's rows and verdict (_VALID / _INVALID); None where it is not built, or the text is
+    anything but `nrows` lines of 4 * `levels` plain integers, each ending in a newline (a text it takes is
+    one that _normalise leaves as it is)."""
+    if _C is None:
+        return None
+    values = np.empty((nrows, 4 * levels), np.int64)
+    status, rows = _C.parse_book(text, values, levels)
+    return (values, status) if status != _FALLBACK and rows == nrows else None
+
+
+def _parse_messages(text: bytes | np.ndarray, label: str) -> tuple[np.ndarray, ...]:
     cols = _compiled_messages(text)
+    if cols is None:  # normalised, the compiled parser may take it after all (e.g. CRLF line ends)
+        text = _normalise(bytes(text))
+        if not text:
+            raise LobsterFormatError(f"{label}: the message file is empty; expected one message per line")
+        cols = _compiled_messages(text)
     if cols is None:
         cols = _fast_messages(*_lines_array(text))
     if cols is None:
@@ -371,12 +386,12 @@ def _parse_messages(text: bytes, label: str) -> tuple[np.ndarray, ...]:
     )
 
 
-def _compiled_messages(text: bytes) -> tuple[np.ndarray, np.ndarray] | None:
+def _compiled_messages(text: bytes | np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     """The compiled parser's columns (time_ns, then [M, 5] type ... direction); None where it is not built
-    or the text is anything but `S.F,t,i,s,p,d` lines of plain integers (1-6 and 1-18 digits in the time)."""
-    if _C is None:
+    or the text is anything but `S.F,t,i,s,p,d` lines of plain integers (1-6 and 1-18 digits in the time),
+    each ending in a newline (a text it takes is one that _normalise leaves as it is)."""
+    if _C is None or (m := _C.lines(text)) == 0:
         return None
-    m = text.count(b"\n")
     out = np.empty((6, m), np.int64)
     if _C.parse_messages(text, m, out) != _VALID:
         return None

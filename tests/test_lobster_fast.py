@@ -120,7 +120,7 @@ def test_inconsistent_and_halted_messages_replay_identically() -> None:
         assert np.array_equal(getattr(fast, f), getattr(ref, f)), f
 
 
-def write_zip(folder: Path, messages: str, book: str, *, levels: int = 2) -> Path:
+def write_zip(folder: Path, messages: str | bytes, book: str | bytes, *, levels: int = 2) -> Path:
     path = folder / f"LOBSTER_SampleFile_TEST_2012-06-21_{levels}.zip"
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
         zf.writestr(f"{STEM}_message_{levels}.csv", messages)
@@ -152,11 +152,12 @@ def test_libdeflate_inflate_checks_size_and_crc() -> None:
     text = b"5801000,50,5800000,100\n" * 1000
     stream = zlib.compress(text)[2:-4]  # the raw DEFLATE stream, as in a zip
     crc = zlib.crc32(text)
-    assert lobster._C.inflate(stream, len(text), crc) == text
-    assert lobster._C.inflate(stream, len(text), crc ^ 1) is None
-    assert lobster._C.inflate(stream, len(text) - 1, crc) is None
-    assert lobster._C.inflate(stream, len(text) + 1, crc) is None
-    assert lobster._C.inflate(stream[:-5], len(text), crc) is None
+    out = np.empty(len(text), np.uint8)
+    assert lobster._C.inflate(stream, out, crc) and out.tobytes() == text
+    assert not lobster._C.inflate(stream, out, crc ^ 1)
+    assert not lobster._C.inflate(stream, out[:-1], crc)
+    assert not lobster._C.inflate(stream, np.empty(len(text) + 1, np.uint8), crc)
+    assert not lobster._C.inflate(stream[:-5], out, crc)
 
 
 def test_compiled_functions_check_their_buffers() -> None:
@@ -168,6 +169,12 @@ def test_compiled_functions_check_their_buffers() -> None:
     assert lobster._C.parse_book(b"1,2,3\n", out, 1)[0] == lobster._FALLBACK
     with pytest.raises(ValueError, match="out"):
         lobster._C.parse_messages(b"1.5,1,1,1,100,1\n", 1, np.empty(5, np.int64))
+    cols = np.empty(6, np.int64)
+    assert lobster._C.parse_messages(b"1.5,1,1,1,100,1\n", 1, cols) == lobster._VALID
+    assert cols.tolist() == [1_500_000_000, 1, 1, 1, 100, 1]
+    assert lobster._C.parse_messages(b"1.5,1,1,1,100,1", 1, cols) == lobster._FALLBACK  # no final newline
+    assert lobster._C.parse_messages(np.frombuffer(b"1.5,1,1,1,100,1\n1.5,", np.uint8), 1, cols) == lobster._FALLBACK
+    assert lobster._C.lines(b"a\nb\n\n") == 3 and lobster._C.lines(np.zeros(5, np.uint8)) == 0
 
 
 # ------------------------------------------------------------------------------------- random files (fuzz)
@@ -257,27 +264,28 @@ def message_text(draw: st.DrawFn, rows: int) -> bytes:
     return bytes(text)
 
 
-def write_texts(folder: Path, messages: bytes, book: bytes, levels: int) -> Path:
+def write_texts(folder: Path, messages: bytes, book: bytes, levels: int) -> list[Path]:
+    """The two files beside each other, and in a zip (whose members libdeflate inflates where it is found)."""
     msg = folder / f"{STEM}_message_{levels}.csv"
     msg.write_bytes(messages)
     (folder / f"{STEM}_orderbook_{levels}.csv").write_bytes(book)
-    return msg
+    return [msg, write_zip(folder, messages, book, levels=levels)]
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data(), levels=st.integers(1, 3), rows=st.integers(1, 12))
 def test_random_orderbook_files_agree(tmp_path: Path, data: st.DataObject, levels: int, rows: int) -> None:
     messages = "".join(f"34200.{k:09d},1,{k},1,5800000,1\n" for k in range(rows)).encode()
-    path = write_texts(tmp_path, messages, data.draw(book_text(levels, rows)), levels)
-    assert_same(*load_both(path))
+    for path in write_texts(tmp_path, messages, data.draw(book_text(levels, rows)), levels):
+        assert_same(*load_both(path))
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data(), rows=st.integers(1, 12))
 def test_random_message_files_agree(tmp_path: Path, data: st.DataObject, rows: int) -> None:
     book = b"5801000,50,5800000,100\n" * rows
-    path = write_texts(tmp_path, data.draw(message_text(rows)), book, 1)
-    assert_same(*load_both(path))
+    for path in write_texts(tmp_path, data.draw(message_text(rows)), book, 1):
+        assert_same(*load_both(path))
 
 
 @settings(max_examples=200, deadline=None)
