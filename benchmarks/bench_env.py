@@ -7,9 +7,10 @@ The process pins itself to one CPU and sets the BLAS/OpenMP thread counts to 1 b
 uniform random (pre-drawn), so the agent's order handling is exercised, not just the flow. Steps/s counts
 env steps (one book advancing one step), i.e. B x vector steps per second. The SyncVectorEnv at B = 4096 runs
 a capped number of steps. Replay is timed as `lobsim_env.lobster.load_day(path)` plus
-`lobsim_env.replay.replay(day)` over the sample days (wall clock, best of 2). Env rates are per CPU-second of
-this process (what one dedicated core does), with wall-clock rates beside them: on a machine shared with
-other jobs the two differ. The last line printed is
+`lobsim_env.replay.replay(day)` over the sample days (wall clock, best of 3), on what `lobster.backend()`
+reports (the compiled parser and libdeflate where found; each replay line says which). Env rates are per
+CPU-second of this process (what one dedicated core does), with wall-clock rates beside them: on a machine
+shared with other jobs the two differ. The last line printed is
 `ratio_vs_sync=<native/sync at B=1024> steps_per_s=<native at B=4096> replay_msgs_per_s=<x>`.
 """
 
@@ -81,14 +82,16 @@ def bench_sync(B: int, steps: int, cfg: MarketConfig) -> tuple[float, float]:
     return B / cpu, B / wall
 
 
-def bench_replay(paths: list[Path]) -> tuple[float, list[dict]]:
+def bench_replay(paths: list[Path]) -> tuple[float, list[dict], str]:
+    from lobsim_env import lobster
     from lobsim_env.lobster import load_day
     from lobsim_env.replay import replay
 
+    backend = lobster.backend()
     rows, total_msgs, total_s = [], 0, 0.0
     for p in paths:
         best = float("inf")
-        for _ in range(2):
+        for _ in range(3):
             t = time.perf_counter()
             day = load_day(p)
             replay(day)
@@ -96,7 +99,7 @@ def bench_replay(paths: list[Path]) -> tuple[float, list[dict]]:
         rows.append({"file": p.name, "messages": day.n_messages, "seconds": best, "msgs_per_s": day.n_messages / best})
         total_msgs += day.n_messages
         total_s += best
-    return total_msgs / total_s, rows
+    return total_msgs / total_s, rows, backend
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -135,14 +138,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         files = [f for f in files if "AMZN_2012-06-21_5" in f.name] or files[:1]
     try:
-        replay_rate, replay_rows = bench_replay(files)
+        replay_rate, replay_rows, backend = bench_replay(files)
         for r in replay_rows:
-            print(f"replay {r['file']}: {r['messages']:,} messages in {r['seconds']:.3f} s = {r['msgs_per_s']:,.0f}/s")
+            print(
+                f"replay {r['file']}: {r['messages']:,} messages in {r['seconds']:.3f} s = {r['msgs_per_s']:,.0f}/s "
+                f"({backend})"
+            )
     except (ImportError, FileNotFoundError) as e:  # the replay is another module's; report, do not hide
         print(f"replay not measured: {e!r}", file=sys.stderr)
-        replay_rate, replay_rows = float("nan"), []
+        replay_rate, replay_rows, backend = float("nan"), [], None
     if args.json:
-        args.json.write_text(json.dumps({"env": results, "replay": replay_rows}, indent=2))
+        args.json.write_text(json.dumps({"env": results, "replay": replay_rows, "replay_backend": backend}, indent=2))
     by_b = {r["B"]: r for r in results}
     print(
         f"ratio_vs_sync={by_b[1024]['ratio']:.1f} steps_per_s={by_b[4096]['native_steps_per_s']:.0f} "
