@@ -33,7 +33,6 @@ from learner.network import (
     MainNet,
     flatten_parameters_,
     group_slices,
-    quantile_midpoints,
 )
 from learner.replay import OnPolicyQueue, ReplayBuffer, Rollout, nstep_transitions, rollout_from_batch
 
@@ -371,8 +370,7 @@ class Learner:
             p_next = tgt.c51_logits(h_next_tgt)[rows, a_c51].softmax(-1)
             m = L.c51_target(p_next, s["ret"], s["discount"], cfg.v_min, cfg.v_max)
             # IQN, double DQN: a* from the online quantile mean, T' target quantiles at a*.
-            midpoints = quantile_midpoints(n, cfg.iqn_target_taus, h_next)
-            a_iqn = net.iqn_quantiles(h_next, midpoints).mean(1).argmax(-1)
+            a_iqn = net.iqn_quantiles(h_next, cfg.iqn_target_taus)[:, 0].argmax(-1)  # the midpoints' mean
             if tau_next is None:
                 tau_next = torch.rand(n, cfg.iqn_target_taus, generator=self.gen, device=self.device)
             q_next = _at_action(tgt.iqn_quantiles(h_next_tgt, tau_next), a_iqn)

@@ -58,12 +58,20 @@ class IQNHead(nn.Module):
         self.embed = nn.Linear(IQN_EMBED_DIM, hidden_dim)
         self.out = nn.Linear(hidden_dim, n_actions)
 
-    def features(self, h: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
-        """h * ReLU(Linear(cos-embedding(tau))): [B, T, H], what the output layer (and a dueling V) reads."""
-        phi = torch.relu(self.embed(cosine_features(tau)))
+    def features(self, h: torch.Tensor, tau: torch.Tensor | int) -> torch.Tensor:
+        """h * ReLU(Linear(cos-embedding(tau))): [B, T, H], what the output layer (and a dueling V) reads.
+
+        tau an int n: the mean of the features over the n fixed midpoints (i + 0.5)/n, as [B, 1, H]. Every head
+        on the features is affine in them, so its output on this mean IS its mean over the midpoints, at the
+        cost of one tau instead of n: q_ens, qpa and the double-DQN a* need only that mean.
+        """
+        if isinstance(tau, int):
+            phi = torch.relu(self.embed(cosine_features(quantile_midpoints(1, tau, h)))).mean(1, keepdim=True)
+        else:
+            phi = torch.relu(self.embed(cosine_features(tau)))
         return h[:, None, :] * phi
 
-    def forward(self, h: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
+    def forward(self, h: torch.Tensor, tau: torch.Tensor | int) -> torch.Tensor:
         return self.out(self.features(h, tau))
 
 
@@ -117,15 +125,16 @@ class MainNet(nn.Module):
             return a
         return self.c51_v(h)[:, :, None] + a - a.mean(1, keepdim=True)
 
-    def iqn_split(self, h: torch.Tensor, tau: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def iqn_split(self, h: torch.Tensor, tau: torch.Tensor | int) -> tuple[torch.Tensor, torch.Tensor]:
         """(V[B, T, 1], A[B, T, N]) of the dueling IQN (Phase 3.1): both read h * phi(tau); A keeps its bias."""
         if self.iqn_v is None:
             raise RuntimeError("iqn_split needs a MainNet built with iqn_dueling='composed' or 'dual'")
         x = self.iqn.features(h, tau)
         return self.iqn_v(x), self.iqn.out(x)
 
-    def iqn_quantiles(self, h: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
-        """[B, T, N]: what the IQN quantile Huber loss trains (and its target and double-DQN a* read).
+    def iqn_quantiles(self, h: torch.Tensor, tau: torch.Tensor | int) -> torch.Tensor:
+        """[B, T, N]: what the IQN quantile Huber loss trains (and its target and double-DQN a* read); tau an
+        int n: the mean over n fixed midpoints, [B, 1, N] (IQNHead.features).
 
         Plan A v2: the head's output. Dueling IQN: the composed Q(s,a,tau) = V + A - mean_a A, centred so that
         mean_a Q(s,., tau) = V(s, tau) at every tau."""
@@ -134,7 +143,7 @@ class MainNet(nn.Module):
         v, a = self.iqn_split(h, tau)
         return v + a - a.mean(-1, keepdim=True)
 
-    def iqn_consumer_quantiles(self, h: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
+    def iqn_consumer_quantiles(self, h: torch.Tensor, tau: torch.Tensor | int) -> torch.Tensor:
         """[B, T, N]: what q_ens (hence distillation, qpa) sees of IQN.
 
         'composed' (Phase 3.1) hands the consumers the centred Q the loss trains; 'dual' (3.1-fix) hands them
@@ -150,13 +159,13 @@ class MainNet(nn.Module):
 
     def q_ens(self, h: torch.Tensor, support: torch.Tensor, w: float, n_taus: int) -> torch.Tensor:
         """w * E_C51[Q] + (1-w) * mean_tau IQN, IQN at the fixed quantile midpoints; both uncentred in Plan A v2."""
-        quantiles = self.iqn_consumer_quantiles(h, quantile_midpoints(h.shape[0], n_taus, h))
-        return ops.ensemble_q(self.c51_logits(h), support, quantiles, w)
+        # the midpoint mean as one tau: ensemble_q's mean over a single tau is that mean
+        return ops.ensemble_q(self.c51_logits(h), support, self.iqn_consumer_quantiles(h, n_taus), w)
 
     def v_iqn(self, h: torch.Tensor, n_taus: int) -> torch.Tensor:
         """V_IQN(s) = mean_a E_tau Q(s, a, tau) [B] of the composed IQN Q, tau at the fixed midpoints (Phase 3.2):
         exactly mean_tau V(s, tau) by the dueling identity, in IQN's scale, not C51's or V_scalar's."""
-        return self.iqn_quantiles(h, quantile_midpoints(h.shape[0], n_taus, h)).mean((1, 2))
+        return self.iqn_quantiles(h, n_taus).mean((1, 2))
 
 
 class PolicyNet(nn.Module):

@@ -94,8 +94,10 @@ def test_every_switch_at_its_default_is_plan_a_v2():
         assert torch.equal(net.iqn_quantiles(h, tau), net.iqn(h, tau))
         assert torch.equal(net.iqn_consumer_quantiles(h, tau), net.iqn(h, tau))
         mid = quantile_midpoints(9, cfg.iqn_taus, h)
-        want = ops.ensemble_q(net.c51(h).view(9, N, cfg.n_atoms), lrn.support, net.iqn(h, mid), cfg.ensemble_w)
+        # q_ens takes IQN's mean over the midpoints as one tau (equal to the explicit mean: the test below)
+        want = ops.ensemble_q(net.c51(h).view(9, N, cfg.n_atoms), lrn.support, net.iqn(h, cfg.iqn_taus), cfg.ensemble_w)
         assert torch.equal(net.q_ens(h, lrn.support, cfg.ensemble_w, cfg.iqn_taus), want)
+        torch.testing.assert_close(net.iqn(h, cfg.iqn_taus)[:, 0], net.iqn(h, mid).mean(1), rtol=1e-5, atol=1e-6)
     moved = Learner(dataclasses.replace(cfg, alpha_start_step=1, alpha_end_step=2), obs_dim=OBS, n_actions=N, seed=3)
     for batch in _batches(0, 5):
         assert lrn.update(batch) == moved.update(batch)
@@ -222,13 +224,13 @@ def test_phase3_ensemble_input_and_iqn_loss_input(name, monkeypatch):
         h = before.encoder(torch.as_tensor(batches[1]["obs"]).reshape(-1, OBS))[: 6 * 4]
         mid = quantile_midpoints(h.shape[0], lrn.cfg.iqn_taus, h)
         v, a, q = _composed_by_hand(before, h, mid)
-    fed = ens[0][2]  # ensemble_q(c51_logits, support, iqn_quantiles, w)
+    fed = ens[0][2][:, 0]  # ensemble_q(c51_logits, support, iqn mean over the midpoints as one tau, w)
     if name == "phase3_1":
-        torch.testing.assert_close(fed, q, rtol=0, atol=1e-6)
-        torch.testing.assert_close(fed.mean(-1, keepdim=True), v, rtol=0, atol=1e-6)  # centred on V
+        torch.testing.assert_close(fed, q.mean(1), rtol=0, atol=1e-6)
+        torch.testing.assert_close(fed.mean(-1, keepdim=True), v.mean(1), rtol=0, atol=1e-6)  # centred on V
     else:
-        torch.testing.assert_close(fed, a, rtol=0, atol=1e-6)  # raw A + bias
-        assert (fed.mean(-1, keepdim=True) - v).abs().max() > 1e-2  # not centred
+        torch.testing.assert_close(fed, a.mean(1), rtol=0, atol=1e-6)  # raw A + bias
+        assert (fed.mean(-1, keepdim=True) - v.mean(1)).abs().max() > 1e-2  # not centred
     # the IQN loss: theta = composed Q(s, a_taken, tau) at the sampled taus of this update
     lrn.gen.set_state(gen_state)
     lrn.replay.gen.set_state(replay_state)
@@ -441,3 +443,18 @@ def test_ablation_checkpoints_resume_exactly_and_old_configs_still_load():
     assert torch.equal(fresh.main.flat, old.main.flat) and fresh.step == 1
     with pytest.raises(ValueError, match=r"config fields differ \['iqn_dueling'\]"):
         _learner("phase3_1").load_state_dict(sd)
+
+
+@pytest.mark.parametrize("iqn_dueling", ["off", "composed", "dual"])
+def test_midpoint_mean_in_one_tau_equals_the_mean_over_the_midpoints(iqn_dueling):
+    """q_ens, V_IQN and the double-DQN a* take IQN's mean over the fixed midpoints as one tau (the heads are
+    affine in the features): it must equal the explicit mean over the n midpoints, for every IQN variant."""
+    torch.manual_seed(0)
+    net = MainNet(6, 4, 16, 2, 11, iqn_dueling=iqn_dueling)
+    h = net.encoder(torch.randn(9, 6))
+    mid = quantile_midpoints(9, 8, h)
+    for fn in (net.iqn_quantiles, net.iqn_consumer_quantiles):
+        explicit = fn(h, mid).mean(1)
+        one_tau = fn(h, 8)
+        assert one_tau.shape == (9, 1, 4)
+        torch.testing.assert_close(one_tau[:, 0], explicit, rtol=1e-5, atol=1e-6)
