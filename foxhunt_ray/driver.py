@@ -25,6 +25,7 @@ import json
 import os
 import signal
 import sys
+import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -59,6 +60,9 @@ class DriverConfig:
     """M: the learner worker checkpoints every M updates (and at the end, on a kill and on Ctrl-C)."""
     max_worker_restarts: int = 3
     """Ray restarts of a rollout actor that died (its in-flight sample is retried on the new one)."""
+    time_limit_s: float = 0.0
+    """Wall-clock budget of the training loop in seconds (0: none): no update is started after it, the run
+    ends 'done' with a checkpoint at the step it reached, like a run of that many steps."""
 
     def errors(self) -> list[str]:
         errs = []
@@ -73,7 +77,14 @@ class DriverConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < lo:
                 errs.append(f"driver.{name}={v!r} must be an int >= {lo}")
+        t = self.time_limit_s
+        if isinstance(t, bool) or not isinstance(t, int | float) or not 0 <= t < float("inf"):
+            errs.append(f"driver.time_limit_s={t!r} must be a number of seconds >= 0 (0: no limit)")
         return errs
+
+    def out_of_time(self, start: float) -> bool:
+        """Whether the loop that started at time.monotonic() == start has used its time_limit_s."""
+        return self.time_limit_s > 0 and time.monotonic() - start >= self.time_limit_s
 
 
 def parse_args(argv: list[str] | None, prog: str) -> argparse.Namespace:
@@ -106,6 +117,9 @@ def parse_args(argv: list[str] | None, prog: str) -> argparse.Namespace:
     p.add_argument("--serial", action="store_true", help="all roles in this process, no Ray")
     p.add_argument("--broadcast-every", type=int, default=None, help="K: updates between weight broadcasts (4)")
     p.add_argument("--checkpoint-every", type=int, default=None, help="M: updates between checkpoints (100)")
+    p.add_argument(
+        "--time-limit-s", type=float, default=None, metavar="S", help="stop starting updates after S seconds (0: none)"
+    )
     p.add_argument("--inject-nan-at", type=int, default=None, metavar="STEP", help="test only: NaN loss at STEP")
     p.add_argument("--flip-distill-sign", action="store_true", help="test only: distil pi towards -Q")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
@@ -213,7 +227,7 @@ def _probe(config: RunConfig, errs: list[str]) -> EnvSpaces | None:
 
 
 def _driver_flags(args: argparse.Namespace) -> dict:
-    names = ("steps", "rollout_workers", "fold", "broadcast_every", "checkpoint_every")
+    names = ("steps", "rollout_workers", "fold", "broadcast_every", "checkpoint_every", "time_limit_s")
     return {n: getattr(args, n) for n in names if getattr(args, n) is not None}
 
 
@@ -228,7 +242,8 @@ def _resolve_resume(args: argparse.Namespace, sha: str) -> Plan:
     if fixed:
         raise UsageError(
             f"--resume continues {run_dir} with its own config.json; drop {['--' + f.replace('_', '-') for f in fixed]}"
-            " (only --steps, --rollout-workers, --broadcast-every, --checkpoint-every, --serial may change)"
+            " (only --steps, --rollout-workers, --broadcast-every, --checkpoint-every, --time-limit-s, --serial"
+            " may change)"
         )
     try:
         saved = json.loads((run_dir / CONFIG_FILE).read_text())

@@ -108,9 +108,9 @@ def run_serial(plan: Plan, monitor: Monitor, progress: Progress, hook: Hook | No
         RolloutWorker(rollout, cfg.market, weights=weights, **worker_kwargs(plan, i))
         for i in range(drv.rollout_workers)
     ]
-    code, i = None, 0
+    code, i, start = None, 0, time.monotonic()
     try:
-        while learner.step < drv.steps:
+        while learner.step < drv.steps and not drv.out_of_time(start):
             diag = learner.update(workers[i % len(workers)].sample())
             i += 1
             if diag is None:  # a bad payload: counted by the decoder, no step
@@ -176,9 +176,9 @@ def _drive(plan: Plan, monitor: MonitorHandle, progress: Progress, learner, work
     drv = plan.driver
     samples = {w.sample.remote(): i for i, w in enumerate(workers)}
     updates: list = []  # in submission order; the actor runs them in that order
-    dispatched, lost_in_a_row, code = plan.resume_step, 0, None
-    while updates or dispatched < drv.steps:
-        can_dispatch = dispatched < drv.steps and len(updates) < MAX_UPDATES_IN_FLIGHT
+    dispatched, lost_in_a_row, code, start = plan.resume_step, 0, None, time.monotonic()
+    while updates or (dispatched < drv.steps and not drv.out_of_time(start)):
+        can_dispatch = dispatched < drv.steps and len(updates) < MAX_UPDATES_IN_FLIGHT and not drv.out_of_time(start)
         wait_on = ([*samples] if can_dispatch else []) + updates[:1]
         (ready,), _ = ray.wait(wait_on, num_returns=1)
         if updates and ready == updates[0]:

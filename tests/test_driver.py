@@ -56,6 +56,29 @@ def test_serial_smoke_run(tmp_path):
     assert [s for s, _ in list_checkpoints(run_dir)] == [200, 300]  # the newest two
 
 
+def test_time_limit_ends_the_run_done_with_a_checkpoint(tmp_path, monkeypatch):
+    """--time-limit-s: no update starts after the budget; the run ends 'done' at the step it reached, with a
+    checkpoint there and its diag lines 1..that step. The clock is the loop's: a fake one makes it exact."""
+    from foxhunt_ray import loops
+
+    clock = iter(range(10**6))  # every read of the loop's clock advances one 'second'
+    monkeypatch.setattr(loops.time, "monotonic", lambda: float(next(clock)))
+    monkeypatch.setattr(driver.time, "monotonic", lambda: float(next(clock)))
+    code, run_dir = run(tmp_path, "--steps", "1000", "--time-limit-s", "20")
+    assert code == 0
+    s = summary(run_dir)
+    assert s["status"] == "done" and 5 <= s["step"] < 1000  # the loop stopped on the clock, not on --steps
+    assert_steps(run_dir, s["step"])
+    assert list_checkpoints(run_dir)[-1][0] == s["step"]
+    assert json.loads((run_dir / "config.json").read_text())["driver"]["time_limit_s"] == 20.0
+
+
+def test_bad_time_limit_is_refused(tmp_path, capsys):
+    code, _ = run(tmp_path, "--steps", "10", "--time-limit-s", "-1")
+    assert code == 1
+    assert "driver.time_limit_s=-1.0 must be a number of seconds >= 0" in capsys.readouterr().err
+
+
 def test_inject_nan_is_killed_by_the_non_finite_rule(tmp_path, capsys):
     code, run_dir = run(tmp_path, "--steps", "200", "--inject-nan-at", "50")
     assert code == 3
