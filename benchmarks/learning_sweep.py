@@ -1,0 +1,68 @@
+"""A hyper-parameter sweep of learning, one setting per process: a serial loop of RolloutWorker + LearnerWorker
+(the roles of foxhunt_ray.loops.run_serial, without the monitor) that scores the greedy policy on the held-out
+episodes every `eval_every` updates, printing one JSON line per score.
+
+    python benchmarks/learning_sweep.py '{"name": "p43", "preset": "phase4_3", "sets": ["learner.lr=3e-3"],
+                                          "steps": 10000, "eval_every": 1000, "seconds": 420}'
+
+Run many at once, one core each (taskset), on a machine with cores to spare: that is how the settings of
+benchmarks/bench_learning.py were chosen (BENCHMARKS.md, "Learning quality"; the specs and raw lines are in
+benchmarks/results/learning_sweep_20261202/). The learner uses a GPU when there is one.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from actors.learner_worker import LearnerWorker
+from actors.rollout import RolloutWorker
+from foxhunt_ray.config import apply_overrides
+from foxhunt_ray.presets import run_preset
+from learner.network import policy_from_weights
+from lobsim_env import N_ACTIONS, obs_size
+from lobsim_env.baselines import run_episodes
+from lobsim_env.folds import heldout_seed
+
+
+def main(spec: dict) -> None:
+    torch.set_num_threads(1)
+    cfg = apply_overrides(run_preset(spec.get("preset", "phase4_3")), spec.get("sets", [])).validate()
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    learner = LearnerWorker(
+        cfg.learner,
+        obs_dim=obs_size(cfg.market),
+        n_actions=N_ACTIONS,
+        run_dir=tempfile.mkdtemp(prefix="sweep_"),
+        seed=cfg.seed,
+        device=device,
+    )
+    worker = RolloutWorker(cfg.rollout, cfg.market, worker_index=0, seed=cfg.seed, weights=learner.policy_weights())
+    start, qpa_ema = time.time(), None
+    deadline = start + spec.get("seconds", float("inf"))
+    while learner.step < spec["steps"] and time.time() < deadline:
+        diag = learner.update(worker.sample())
+        qpa_ema = diag["qpa"] if qpa_ema is None else 0.99 * qpa_ema + 0.01 * diag["qpa"]
+        if learner.step % 4 == 0:
+            worker.set_weights(learner.policy_weights())
+        if learner.step % spec["eval_every"] == 0:
+            policy = policy_from_weights(learner.policy_weights())
+            res = run_episodes(
+                cfg.market, lambda obs, env, rng, p=policy: p.act(obs, greedy=True)[0], 64, heldout_seed(0)
+            )
+            pnl = res.pnl_usd
+            line = {"name": spec["name"], "step": learner.step, "t": round(time.time() - start)}
+            line |= {"pnl": round(float(pnl.mean())), "sem": round(float(pnl.std() / len(pnl) ** 0.5))}
+            line |= {"qpa_ema": round(qpa_ema, 3), "l_c51": round(diag["l_c51"], 3), "ent": round(diag["entropy"], 3)}
+            print(json.dumps(line), flush=True)
+
+
+if __name__ == "__main__":
+    main(json.loads(sys.argv[1]))
