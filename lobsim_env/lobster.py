@@ -220,7 +220,7 @@ def _fast_inflate() -> bool:
     return _C is not None and _C.fast_inflate()
 
 
-def _read_zip(path: Path) -> tuple[str, bytes, str, bytes]:
+def _read_zip(path: Path) -> tuple[str, bytes | np.ndarray, str, bytes | np.ndarray]:
     """The message and orderbook members' names and bytes, checked to be one pair."""
     try:
         zf = zipfile.ZipFile(path)
