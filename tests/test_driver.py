@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
-
 from actors.learner_worker import list_checkpoints
 from actors.monitor import read_diag, step_records
 from foxhunt_ray import driver, provenance
@@ -193,14 +191,6 @@ def test_ctrl_c_stops_cleanly_and_keeps_a_checkpoint(tmp_path):
 
 
 # ---------------------------------------------------------------- Ray mode, in-process
-
-
-@pytest.fixture(scope="module")
-def ray_local():
-    ray = pytest.importorskip("ray")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield ray
-    ray.shutdown()
 
 
 def test_ray_smoke_run(tmp_path, ray_local, monkeypatch):

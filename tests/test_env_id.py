@@ -235,14 +235,6 @@ def test_cartpole_learns_clearly_above_the_random_policy(tmp_path, one_torch_thr
 # ---------------------------------------------------------------- Ray mode, in-process
 
 
-@pytest.fixture(scope="module")
-def ray_local():
-    ray = pytest.importorskip("ray")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield ray
-    ray.shutdown()
-
-
 def test_cartpole_trains_through_ray_actors(tmp_path, ray_local):
     code, _, lines = run_cartpole(tmp_path, "--steps", "40", serial=False)
     assert code == 0 and [r["step"] for r in lines] == list(range(1, 41))
