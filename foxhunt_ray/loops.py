@@ -177,8 +177,8 @@ def _drive(plan: Plan, monitor: MonitorHandle, progress: Progress, learner, work
     samples = {w.sample.remote(): i for i, w in enumerate(workers)}
     updates: list = []  # in submission order; the actor runs them in that order
     dispatched, lost_in_a_row, code, start = plan.resume_step, 0, None, time.monotonic()
-    while updates or (dispatched < drv.steps and not drv.out_of_time(start)):
-        can_dispatch = dispatched < drv.steps and len(updates) < MAX_UPDATES_IN_FLIGHT and not drv.out_of_time(start)
+    while (more := dispatched < drv.steps and not drv.out_of_time(start)) or updates:
+        can_dispatch = more and len(updates) < MAX_UPDATES_IN_FLIGHT
         wait_on = ([*samples] if can_dispatch else []) + updates[:1]
         (ready,), _ = ray.wait(wait_on, num_returns=1)
         if updates and ready == updates[0]:
