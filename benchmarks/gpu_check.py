@@ -174,6 +174,17 @@ def check_size(cfg: dict, dtype, device, seed: int, results: list) -> None:
     g_want = torch.autograd.grad(want, (lg_t, qn_t), xt["grad_ens"])
     record("ensemble_q_backward", "grad_logits", g_got[0], g_want[0])
     record("ensemble_q_backward", "grad_quantiles", g_got[1], g_want[1])
+    # The learner's shape: the IQN mean over fixed midpoints arrives as one tau, quantiles [B, 1, N].
+    qn1, qn1_t = (t[:, :1, :].detach().clone().requires_grad_() for t in (x["quantiles"], xt["quantiles"]))
+    lg1, lg1_t = (t.detach().clone().requires_grad_() for t in (x["logits"], xt["logits"]))
+    poison(((B, N), dtype), device=device)
+    got = ops.ensemble_q(lg1, x["support"], qn1, 0.5)
+    want = ref.ensemble_q(lg1_t, xt["support"], qn1_t, 0.5)
+    record("ensemble_q", "q_ens|T1", got, want)
+    g_got = torch.autograd.grad(got, (lg1, qn1), x["grad_ens"])
+    g_want = torch.autograd.grad(want, (lg1_t, qn1_t), xt["grad_ens"])
+    record("ensemble_q_backward", "grad_logits|T1", g_got[0], g_want[0])
+    record("ensemble_q_backward", "grad_quantiles|T1", g_got[1], g_want[1])
 
     ends = x["terminated"] | x["truncated"]
     poison(((cfg["steps"], B), dtype), ((cfg["steps"], B), dtype), device=device)
@@ -442,8 +453,19 @@ def run_graphcheck(device: str, json_path: str | None, T: int, B: int, n_updates
     batches = [learner_batch(T, B, obs_dim, n_actions, seed=100 + s, autoreset=True) for s in range(n_updates)]
     report: dict = {"T": T, "B": B, "updates": n_updates, "cases": {}}
     ok_all = True
-    for name, preset_name, inject in (("phase4_3", "phase4_3", None), ("plan_a_v2+nan@4", "plan_a_v2", 4)):
-        base = dataclasses.replace(preset(preset_name), q_batch_size=1024, replay_min_size=1024, inject_nan_at=inject)
+    # The two production paths, then the seed's ablations (their switches change what the graph captures);
+    # phase3_2c blends over updates 2..6 so alpha moves inside the captured graph.
+    cases = (
+        ("phase4_3", "phase4_3", None, {}),
+        ("plan_a_v2+nan@4", "plan_a_v2", 4, {}),
+        ("phase2_v2", "phase2_v2", None, {}),
+        ("phase3_1_fix", "phase3_1_fix", None, {}),
+        ("phase3_2c", "phase3_2c", None, {"alpha_start_step": 2, "alpha_end_step": 6}),
+    )
+    for name, preset_name, inject, extra in cases:
+        base = dataclasses.replace(
+            preset(preset_name), q_batch_size=1024, replay_min_size=1024, inject_nan_at=inject, **extra
+        )
         pair = [
             Learner(dataclasses.replace(base, cuda_graph=g), obs_dim=obs_dim, n_actions=n_actions, device=device)
             for g in (True, False)
