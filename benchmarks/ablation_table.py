@@ -86,14 +86,14 @@ def _f(v, fmt: str) -> str:
 
 
 def markdown(rows: list[dict], steps: tuple[int, ...]) -> str:
-    head = ["preset", "updates", *[f"qpa_ema @{s}" for s in steps], "min qpa_ema (step)", "qpa_ema last"]
+    head = ["preset", "seed", "updates", *[f"qpa_ema @{s}" for s in steps], "min qpa_ema (step)", "qpa_ema last"]
     head += ["pnl_cum @5000", "pnl_cum last", "held-out $ (sem)", "of oracle", "live", "replayed vs baseline"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         low = r["qpa_ema_min"]
         live = r["live"]["status"] if r["live"]["rule"] is None else f"killed: {r['live']['rule']} @{r['live']['step']}"
         rep = "no rule fires" if r["replayed"] is None else f"{r['replayed']['rule']} @{r['replayed']['step']}"
-        cells = [r["preset"], str(r["updates"]), *[_f(r["qpa_ema"][s], ".3f") for s in steps]]
+        cells = [r["preset"], str(r["seed"]), str(r["updates"]), *[_f(r["qpa_ema"][s], ".3f") for s in steps]]
         cells += ["—" if low is None else f"{low['value']:.3f} ({low['step']})", _f(r["qpa_ema_last"], ".3f")]
         cells += [_f(r["pnl_cum_usd"].get(5000), ",.0f"), _f(r["pnl_cum_usd_last"], ",.0f")]
         cells += [f"{r['heldout_pnl_usd']:,.0f} ({r['heldout_pnl_sem']:.0f})", f"{r['oracle_fraction']:.3f}", live, rep]
@@ -103,16 +103,22 @@ def markdown(rows: list[dict], steps: tuple[int, ...]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("learning_json", type=Path, help="OUT/learning.json of bench_learning.py")
+    parser.add_argument("learning_json", type=Path, nargs="+", help="OUT/learning.json files of bench_learning.py")
     parser.add_argument("--baseline", default="plan_a_v2", help="preset whose run (same seed) is the baseline")
     parser.add_argument("--steps", default=",".join(map(str, DEFAULT_STEPS)), help="table steps, e.g. 500,1000")
     parser.add_argument("--json", type=Path, help="also write the rows here")
     args = parser.parse_args(argv)
+    runs = []
+    for path in args.learning_json:
+        try:
+            runs += json.loads(path.read_text())["runs"]
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            raise SystemExit(f"cannot read {path}: {err!r}; pass the learning.json that bench_learning wrote") from None
     try:
-        runs = json.loads(args.learning_json.read_text())["runs"]
         steps = tuple(int(s) for s in args.steps.split(","))
-    except (OSError, ValueError, KeyError, TypeError) as err:
-        raise SystemExit(f"cannot read {args.learning_json} / --steps {args.steps!r}: {err}") from None
+    except ValueError:
+        raise SystemExit(f"--steps {args.steps!r} must be comma-separated integers, e.g. 500,1000") from None
+    runs.sort(key=lambda r: (r["seed"], r["preset"] != args.baseline))
     base_runs = {r["seed"]: r for r in runs if r["preset"] == args.baseline}
     rows = []
     try:
@@ -123,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
                 baseline = {r["step"]: r for r in step_records(read_diag(Path(base["run_dir"]) / "diag.jsonl"))}
             rows.append(summarize(run, baseline, steps))
     except (DiagFileError, OSError, KeyError) as err:
-        raise SystemExit(f"{args.learning_json}: a run folder is unreadable: {err!r}; re-run bench_learning") from None
+        raise SystemExit(f"a run folder is unreadable: {err!r}; re-run bench_learning for it") from None
     print(markdown(rows, steps))
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))

@@ -8,6 +8,7 @@ per run and writes OUT/learning.json; the run folders (diag.jsonl, evaluation.js
 
     .venv/bin/python benchmarks/bench_learning.py                          # phase4_3, seeds 0 1 2, 30 min each
     .venv/bin/python benchmarks/bench_learning.py --presets plan_a_v2 phase4_2 phase4_3 --minutes 10 --seeds 0
+    python3 benchmarks/bench_learning.py --serial --presets phase3_1 --seeds 1 --minutes 7   # no Ray: one core
 
 Results with dates and machines: BENCHMARKS.md, "Learning quality".
 """
@@ -46,9 +47,10 @@ CPU_LEARNING_SETS = (
 """The overrides every run of this benchmark uses, on top of its preset (recorded in each run's config.json)."""
 
 
-def train(preset: str, seed: int, minutes: float, out: Path, workers: int) -> Path:
+def train(preset: str, seed: int, minutes: float, out: Path, workers: int, serial: bool = False) -> Path:
     runs = out / f"{preset}_s{seed}"
     cmd = [sys.executable, "-m", "foxhunt_ray.local", "--preset", preset, "--seed", str(seed), "--quiet"]
+    cmd += ["--serial"] if serial else []
     cmd += ["--steps", "1000000", "--time-limit-s", str(minutes * 60), "--rollout-workers", str(workers)]
     cmd += ["--checkpoint-every", "1000", "--out", str(runs)]
     for s in CPU_LEARNING_SETS:
@@ -69,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--episodes", type=int, default=128, help="held-out episodes per policy")
     p.add_argument("--rollout-workers", type=int, default=1)
     p.add_argument("--out", default="runs/learning", help="where the run folders and learning.json go")
+    p.add_argument("--serial", action="store_true", help="train without Ray: every role in one process, one core")
     args = p.parse_args(argv)
     torch.set_num_threads(1)  # the evaluation here; training runs in its own processes
     out = Path(args.out).resolve()
@@ -76,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     for preset in args.presets:
         for seed in args.seeds:
             start = time.monotonic()
-            run_dir = train(preset, seed, args.minutes, out, args.rollout_workers)
+            run_dir = train(preset, seed, args.minutes, out, args.rollout_workers, args.serial)
             wall = time.monotonic() - start
             summary = json.loads((run_dir / "summary.json").read_text())
             ev = evaluate_run(run_dir, episodes=args.episodes, progress=lambda line: print(line, flush=True))
@@ -91,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
                 "rule": summary.get("rule"),
                 "updates": summary["step"],
                 "train_wall_s": round(wall, 1),
+                "mode": "serial" if args.serial else "ray",
                 "agent_pnl_usd": agent,
                 "agent_pnl_sem": pol["agent"]["pnl_usd_sem"],
                 "oracle_pnl_usd": pol["oracle"]["pnl_usd_mean"],
