@@ -47,13 +47,22 @@ CPU_LEARNING_SETS = (
 """The overrides every run of this benchmark uses, on top of its preset (recorded in each run's config.json)."""
 
 
-def train(preset: str, seed: int, minutes: float, out: Path, workers: int, serial: bool = False) -> Path:
+def train(
+    preset: str,
+    seed: int,
+    minutes: float,
+    out: Path,
+    workers: int,
+    serial: bool = False,
+    steps: int = 1_000_000,
+    sets: tuple[str, ...] = CPU_LEARNING_SETS,
+) -> Path:
     runs = out / f"{preset}_s{seed}"
     cmd = [sys.executable, "-m", "foxhunt_ray.local", "--preset", preset, "--seed", str(seed), "--quiet"]
     cmd += ["--serial"] if serial else []
-    cmd += ["--steps", "1000000", "--time-limit-s", str(minutes * 60), "--rollout-workers", str(workers)]
+    cmd += ["--steps", str(steps), "--time-limit-s", str(minutes * 60), "--rollout-workers", str(workers)]
     cmd += ["--checkpoint-every", "1000", "--out", str(runs)]
-    for s in CPU_LEARNING_SETS:
+    for s in sets:
         cmd += ["--set", s]
     print("$", " ".join(cmd), flush=True)
     done = subprocess.run(cmd, cwd=ROOT, check=False)
@@ -72,6 +81,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rollout-workers", type=int, default=1)
     p.add_argument("--out", default="runs/learning", help="where the run folders and learning.json go")
     p.add_argument("--serial", action="store_true", help="train without Ray: every role in one process, one core")
+    p.add_argument("--steps", type=int, default=1_000_000, help="stop at this many updates (or at --minutes)")
+    p.add_argument(
+        "--preset-settings", action="store_true",
+        help="train at the presets' own (GPU production) settings instead of CPU_LEARNING_SETS",
+    )  # fmt: skip
     args = p.parse_args(argv)
     torch.set_num_threads(1)  # the evaluation here; training runs in its own processes
     out = Path(args.out).resolve()
@@ -79,7 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     for preset in args.presets:
         for seed in args.seeds:
             start = time.monotonic()
-            run_dir = train(preset, seed, args.minutes, out, args.rollout_workers, args.serial)
+            sets = () if args.preset_settings else CPU_LEARNING_SETS
+            run_dir = train(preset, seed, args.minutes, out, args.rollout_workers, args.serial, args.steps, sets)
             wall = time.monotonic() - start
             summary = json.loads((run_dir / "summary.json").read_text())
             ev = evaluate_run(run_dir, episodes=args.episodes, progress=lambda line: print(line, flush=True))
@@ -106,7 +121,8 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(row)
             print(json.dumps(row), flush=True)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "learning.json").write_text(json.dumps({"sets": CPU_LEARNING_SETS, "runs": rows}, indent=2) + "\n")
+    sets = [] if args.preset_settings else list(CPU_LEARNING_SETS)
+    (out / "learning.json").write_text(json.dumps({"sets": sets, "runs": rows}, indent=2) + "\n")
     print(f"\n{'preset':<10} {'seed':>4} {'status':>7} {'updates':>7} {'agent $':>8} {'oracle $':>8} {'frac':>5} beats")
     for r in rows:
         print(
