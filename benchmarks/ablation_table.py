@@ -17,6 +17,7 @@ Prints a markdown table (BENCHMARKS.md, "The seed's experiments as ablation pres
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import sys
 from pathlib import Path
@@ -81,6 +82,23 @@ def summarize(run: dict, baseline: dict[int, dict] | None, steps: tuple[int, ...
     }
 
 
+CURVE_KEYS = ("qpa", "qpa_ema", "pnl_cum_usd", "l_c51", "l_iqn")
+
+
+def write_curves(rows: list[dict], path: Path, every: int) -> None:
+    """One CSV line per run and `every` steps (the first step line of each bucket): the learning curves."""
+    with path.open("w", newline="") as fh:
+        out = csv.writer(fh)
+        out.writerow(["preset", "seed", "step", *CURVE_KEYS])
+        for row in rows:
+            last = -1
+            for r in step_records(read_diag(Path(row["run_dir"]) / "diag.jsonl")):
+                if r["step"] // every == last:
+                    continue
+                last = r["step"] // every
+                out.writerow([row["preset"], row["seed"], r["step"], *(r.get(k) for k in CURVE_KEYS)])
+
+
 def _f(v, fmt: str) -> str:
     return "—" if v is None else format(v, fmt)
 
@@ -107,6 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--baseline", default="plan_a_v2", help="preset whose run (same seed) is the baseline")
     parser.add_argument("--steps", default=",".join(map(str, DEFAULT_STEPS)), help="table steps, e.g. 500,1000")
     parser.add_argument("--json", type=Path, help="also write the rows here")
+    parser.add_argument("--curves", type=Path, help="also write the learning curves here (CSV)")
+    parser.add_argument("--every", type=int, default=100, help="curve resolution in updates (100)")
     args = parser.parse_args(argv)
     runs = []
     for path in args.learning_json:
@@ -133,6 +153,8 @@ def main(argv: list[str] | None = None) -> int:
     print(markdown(rows, steps))
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
+    if args.curves:
+        write_curves(rows, args.curves, max(1, args.every))
     return 0
 
 

@@ -44,8 +44,12 @@ def test_replay_finds_the_first_rule_and_its_step(tmp_path):
     behind = _run(tmp_path, "phase2_v2", healthy, [0.0] * 30)
     learning = tmp_path / "learning.json"
     learning.write_text(json.dumps({"runs": [base, bad_qpa, behind]}))
-    out = tmp_path / "rows.json"
-    assert ablation_table.main([str(learning), "--steps", "5,20,40", "--json", str(out)]) == 0
+    out, curves = tmp_path / "rows.json", tmp_path / "curves.csv"
+    argv = [str(learning), "--steps", "5,20,40", "--json", str(out), "--curves", str(curves), "--every", "10"]
+    assert ablation_table.main(argv) == 0
+    lines = curves.read_text().splitlines()
+    assert lines[0] == "preset,seed,step,qpa,qpa_ema,pnl_cum_usd,l_c51,l_iqn"
+    assert [ln.split(",")[2] for ln in lines[1:5]] == ["1", "10", "20", "30"]  # first line of each 10 updates
     rows = {r["preset"]: r for r in json.loads(out.read_text())}
 
     assert rows["plan_a_v2"]["replayed"] is None  # the baseline is not replayed against itself
