@@ -194,6 +194,7 @@ def _drive(plan: Plan, monitor: MonitorHandle, progress: Progress, learner, work
             lost_in_a_row = 0
             monitor.last, decision = answer["record"], answer["decision"]
             if (code := _report(monitor, progress, decision)) is not None:
+                ray.get(updates)  # the updates still queued end as {"after_end"}: fetched, none left unread
                 break
             step = int(monitor.last["step"])
             if hook is not None:

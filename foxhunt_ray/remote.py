@@ -63,9 +63,13 @@ class RayMonitor(Monitor):
 
     def record_update(self, diag: dict | None) -> dict:
         """record() for a learner answer: {"record", "decision"}, or {"skipped": answer} when the learner made
-        no step (a bad payload: None; a sample lost with its rollout actor: {"lost_sample": why})."""
+        no step (a bad payload: None; a sample lost with its rollout actor: {"lost_sample": why}), or
+        {"after_end": step} for an update that was already queued on the learner when a rule ended the run:
+        the run is over at the kill's step, so that update gets no line (Monitor.record would refuse it)."""
         if diag is None or "lost_sample" in diag:
             return {"skipped": diag}
+        if self.exit_code is not None:
+            return {"after_end": diag.get("step")}
         decision = self.record(diag)
         return {"record": self.last, "decision": decision}
 

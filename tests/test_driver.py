@@ -233,6 +233,25 @@ def test_ray_rollout_actor_killed_mid_run_is_restarted(tmp_path, ray_local):
 def test_ray_kill_rule_stops_the_actors(tmp_path, ray_local):
     code, run_dir = run(tmp_path, "--steps", "200", "--inject-nan-at", "20", serial=False)
     assert code == 3 and summary(run_dir)["rule"] == "non_finite"
+    # an update queued behind the killing one (when the timing left one queued) gets no line: diag.jsonl ends
+    # with the kill (the monitor actor's answer to it: the test below)
+    recs = lines(run_dir)
+    assert recs[-1]["event"] == "kill" and recs[-1]["step"] == 20
+    assert_steps(run_dir, 20)
+
+
+def test_monitor_actor_answers_an_update_queued_behind_a_kill(tmp_path):
+    from actors.kill_rules import KillConfig
+    from foxhunt_ray.remote import RayMonitor  # the actor's class, built here without a cluster
+
+    m = RayMonitor(tmp_path, KillConfig())
+    assert m.record_update({"step": 1.0, "qpa": 0.1, "nan_abort_step": 0.0})["decision"] is None
+    killed = m.record_update({"step": 2.0, "qpa": 0.1, "nan_abort_step": 2.0})
+    assert killed["decision"].rule == "non_finite"
+    before = (tmp_path / "diag.jsonl").read_bytes()
+    assert m.record_update({"step": 3.0, "qpa": 0.1, "nan_abort_step": 0.0}) == {"after_end": 3.0}
+    assert m.record_update(None) == {"skipped": None}
+    assert (tmp_path / "diag.jsonl").read_bytes() == before and summary(tmp_path)["step"] == 2
 
 
 def test_ray_ctrl_c_keeps_a_checkpoint(tmp_path, ray_local):
