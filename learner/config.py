@@ -52,6 +52,10 @@ class LearnerConfig:
     """lambda of GAE."""
     reward_scale: float = 1.0
     """Rewards (USD) are multiplied by this before learning, so returns fit the C51 support."""
+    minibatch_envs: int = 0
+    """Split each rollout's B envs into minibatches of this many envs (whole trajectories), one learner step each,
+    in order (0: the whole rollout is one step). Smaller steps, more of them per env step: what lets one GPU
+    learner keep pace with many rollout workers (BENCHMARKS.md, "The system on one GPU host")."""
     # --- PPO, value, distillation ---
     ppo_clip: float = 0.2
     """epsilon of the PPO clipped surrogate."""
@@ -216,6 +220,13 @@ class LearnerConfig:
                 "alpha_end_step",
                 f"must be > learner.alpha_start_step={self.alpha_start_step}",
             )
+        need(
+            isinstance(self.minibatch_envs, int)
+            and not isinstance(self.minibatch_envs, bool)
+            and self.minibatch_envs >= 0,
+            "minibatch_envs",
+            "must be an int >= 0 (0: the whole rollout is one step)",
+        )
         need(
             isinstance(self.replay_min_size, int)
             and not isinstance(self.replay_min_size, bool)

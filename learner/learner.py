@@ -18,7 +18,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import numbers
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 import torch
@@ -34,7 +34,14 @@ from learner.network import (
     flatten_parameters_,
     group_slices,
 )
-from learner.replay import OnPolicyQueue, ReplayBuffer, Rollout, nstep_transitions, rollout_from_batch
+from learner.replay import (
+    BATCH_DTYPES,
+    OnPolicyQueue,
+    ReplayBuffer,
+    Rollout,
+    nstep_transitions,
+    rollout_from_batch,
+)
 
 CHECKPOINT_FORMAT = "foxhunt_ray.learner/1"
 _EXECUTION_ONLY = frozenset({"cuda_graph"})  # config fields that change how, not what, a learner computes
@@ -99,6 +106,20 @@ class _Trainable:
             st = self.opt.state.get(self.flat, {})
             if torch.is_tensor(st.get("step")):
                 st["step"] = st["step"].to(self.flat.device, torch.float32)
+
+
+@dataclasses.dataclass(kw_only=True)
+class _Pending:
+    """A learner step whose diag values are still on the device (Learner.start_updates / finish_updates)."""
+
+    keys: list[str]
+    values: torch.Tensor
+    """The diag values in keys' order, then the healthy flag."""
+    step: int
+    policy_version: int
+    transitions: int
+    replay_size: int
+    q_trained: bool
 
 
 class Learner:
@@ -167,7 +188,71 @@ class Learner:
         # dozen tiny [T, B] ops are cheaper there than as kernel launches.
         host = rollout_from_batch(batch, obs_dim=self.obs_dim, n_actions=self.n_actions)
         nstep = nstep_transitions(host, cfg.gamma, cfg.n_step, cfg.reward_scale)
-        self.replay.add({k: v.to(self.device, non_blocking=True) for k, v in nstep.items()})
+        pending = self._step(host, {k: v.to(self.device, non_blocking=True) for k, v in nstep.items()})
+        return self._finish(pending, pending.values.tolist())  # one device sync
+
+    def updates(self, batch: dict) -> list[dict[str, float]]:
+        """`cfg.minibatch_envs` splits the rollout's B envs into minibatches, one learner step each, in order;
+        exactly what `update` on each minibatch in turn computes (tests/test_learner.py). Returns their diags."""
+        host = rollout_from_batch(batch, obs_dim=self.obs_dim, n_actions=self.n_actions)
+        return self.finish_updates(self.start_updates(host))
+
+    def start_updates(
+        self, host: Rollout, *, limit: int | None = None, after_copy: Callable[[], None] | None = None
+    ) -> list[_Pending]:
+        """Queues the minibatch steps of a validated rollout (at most `limit` of them) without a host sync: the
+        rollout goes to the device in one copy (asynchronous when its tensors are pinned), each minibatch is a
+        view of it, and its n-step returns are computed there. `finish_updates` reads the diags.
+
+        A minibatch's valid steps are indexed where the rollout arrived (the host): on the device each index
+        would be a sync. With minibatch_envs = 0 the rollout is one minibatch. `after_copy` is called once the
+        copies are queued, before the first step (the learner worker records a CUDA event there)."""
+        cfg = self.cfg
+        b = host.rewards.shape[1]
+        m = cfg.minibatch_envs or b
+        if b % m:
+            raise ValueError(
+                f"a rollout of {b} envs does not split into minibatches of learner.minibatch_envs={m}: make "
+                "rollout.num_envs a multiple of it"
+            )
+        n = b // m if limit is None else min(b // m, limit)
+        if n < 1:
+            return []
+        flat_t, flat_b = host.valid_idx // b, host.valid_idx % b
+        chunk_idx = [flat_t[flat_b // m == c] * m + flat_b[flat_b // m == c] % m for c in range(n)]
+        # the columns alone: valid_idx stays where it was made (pageable memory; a copy from there may wait)
+        cols = {k: getattr(host, k).to(self.device, non_blocking=True) for k in BATCH_DTYPES}
+        if self.device.type != "cpu":
+            counts = [int(i.numel()) for i in chunk_idx]
+            chunk_idx = list(torch.cat(chunk_idx).pin_memory().to(self.device, non_blocking=True).split(counts))
+        if after_copy is not None:
+            after_copy()
+        pendings = []
+        for c in range(n):
+            part = Rollout(
+                **{k: v[:, c * m : (c + 1) * m] for k, v in cols.items()},
+                valid_idx=chunk_idx[c],
+                policy_version=host.policy_version,
+            )
+            pendings.append(self._step(part, nstep_transitions(part, cfg.gamma, cfg.n_step, cfg.reward_scale)))
+        return pendings
+
+    def finish_updates(self, pendings: list[_Pending]) -> list[dict[str, float]]:
+        """The diags of queued steps, in order, after one device sync."""
+        if not pendings:
+            return []
+        values = torch.cat([p.values for p in pendings]).tolist()
+        out, at = [], 0
+        for p in pendings:
+            n = p.values.numel()
+            out.append(self._finish(p, values[at : at + n]))
+            at += n
+        return out
+
+    def _step(self, host: Rollout, transitions: dict[str, torch.Tensor]) -> _Pending:
+        """One learner step; its diag values stay on the device (a _Pending) until `_finish` reads them."""
+        cfg = self.cfg
+        self.replay.add(transitions)
         q_trained = len(self.replay) >= cfg.replay_min_size
         if self.graph is not None and q_trained and not self.queue:
             ro = host  # the queue is empty: what it would pop is this rollout, copied straight into the graph
@@ -176,11 +261,18 @@ class Learner:
             self.queue.push(host.to(self.device, non_blocking=True))
             ro = self.queue.pop()
         self.step += 1
+        meta = dict(
+            step=self.step,
+            policy_version=ro.policy_version,
+            transitions=int(ro.valid_idx.numel()),
+            replay_size=len(self.replay),
+            q_trained=q_trained,
+        )
         if cfg.iqn_baseline == "blend":
             self.baseline_alpha.fill_(L.blend_alpha(self.step, cfg.alpha_start_step, cfg.alpha_end_step))
         if self.graph is not None and q_trained:
             keys, stacked = self.graph.run(ro, inject_nan=cfg.inject_nan_at == self.step)
-            return self._finish(keys, stacked.tolist(), ro, q_trained)  # one device sync
+            return _Pending(keys=keys, values=stacked.clone(), **meta)  # the graph's output is overwritten next step
         out: dict[str, torch.Tensor] = {}
 
         l_pi, ent, l_distill, l_v = self._policy_losses(ro.to_dict(), out)
@@ -198,7 +290,7 @@ class Learner:
 
         keys = list(out)
         stacked = torch.stack([*(out[k].detach().float().reshape(()) for k in keys), healthy.float()])
-        return self._finish(keys, stacked.tolist(), ro, q_trained)  # one device sync
+        return _Pending(keys=keys, values=stacked, **meta)
 
     def _main_loss(self, out: dict, l_pi, ent, l_distill, l_v, l_c51, l_iqn, l_dueling) -> torch.Tensor:
         """Records every loss in `out` and returns the main network's loss (the dueling loss stays apart: it
@@ -215,19 +307,20 @@ class Learner:
             + cfg.iqn_coef * l_iqn
         )
 
-    def _finish(self, keys: list[str], values: list[float], ro: Rollout, q_trained: bool) -> dict[str, float]:
-        """The diag dict from the stacked values (healthy flag last); records a step that was not applied."""
+    def _finish(self, p: _Pending, values: list[float]) -> dict[str, float]:
+        """The diag dict of step p from its values (healthy flag last); records a step that was not applied."""
+        values = list(values)
         if values.pop() < 0.5 and self.nan_abort_step == 0:
-            self.nan_abort_step = self.step
-        result = dict(zip(keys, values, strict=True))
+            self.nan_abort_step = p.step
+        result = dict(zip(p.keys, values, strict=True))
         result.setdefault(D.V_DQ_MEAN, 0.0)
         result.setdefault(D.grad_norm_key("dueling"), 0.0)
-        result[D.STEP] = float(self.step)
+        result[D.STEP] = float(p.step)
         result[D.NAN_ABORT_STEP] = float(self.nan_abort_step)
-        result[D.POLICY_LAG] = float(self.step - 1 - ro.policy_version)
-        result[D.REPLAY_SIZE] = float(len(self.replay))
-        result[D.TRANSITIONS] = float(ro.valid_idx.numel())
-        result[D.Q_TRAINED] = float(q_trained)
+        result[D.POLICY_LAG] = float(p.step - 1 - p.policy_version)
+        result[D.REPLAY_SIZE] = float(p.replay_size)
+        result[D.TRANSITIONS] = float(p.transitions)
+        result[D.Q_TRAINED] = float(p.q_trained)
         return result
 
     def _policy_losses(self, ro: Mapping[str, torch.Tensor], out: dict) -> tuple[torch.Tensor, ...]:

@@ -287,3 +287,50 @@ def test_gae_gets_the_right_baseline_and_episode_masks(mode, monkeypatch):
     assert torch.equal(seen["rewards"], torch.as_tensor(batch["rewards"]) * 0.5)
     assert torch.equal(seen["terminated"].bool(), torch.as_tensor(batch["terminated"]))
     assert torch.equal(seen["episode_end"].bool(), torch.as_tensor(batch["terminated"] | batch["truncated"]))
+
+
+def _minibatch(batch: dict, sl: slice) -> dict:
+    return {k: (v[:, sl] if isinstance(v, np.ndarray) else v) for k, v in batch.items()}
+
+
+@pytest.mark.parametrize("graph_body", [False, True])
+def test_updates_in_minibatches_are_updates_on_each_minibatch_in_turn(graph_body):
+    """updates() with minibatch_envs = m is update() on envs [0, m), [m, 2m), ... of the rollout, bit for bit:
+    each minibatch keeps its envs' whole trajectories, its own n-step transitions (in its own order in replay)
+    and its own advantage normalisation; the diags are the same, read after one sync instead of one each."""
+    from learner import graph as G
+
+    def make():
+        lrn = Learner(_cfg(minibatch_envs=3, dueling_mode="baseline"), obs_dim=OBS, n_actions=N, seed=2)
+        if graph_body:  # the CUDA path's captured body, run eagerly (tests/test_graph.py)
+            lrn.device_guard = True
+            lrn.graph = G.GraphUpdate(lrn, capture=False)
+        return lrn
+
+    split, one_by_one = make(), make()
+    rng = np.random.default_rng(21)
+    for version in range(4):
+        batch = _rollout(rng, t_len=5, b=9, version=version, end_p=0.3)
+        got = split.updates(batch)
+        want = [one_by_one.update(_minibatch(batch, slice(c, c + 3))) for c in (0, 3, 6)]
+        assert got == want
+    assert [d[D.STEP] for d in got] == [10.0, 11.0, 12.0] and got[-1][D.POLICY_LAG] == 12 - 1 - 3
+    assert torch.equal(split.main.flat, one_by_one.main.flat)
+    assert torch.equal(split.replay.data["obs"], one_by_one.replay.data["obs"])
+    assert split.replay.cursor == one_by_one.replay.cursor
+
+
+def test_updates_without_minibatches_is_one_update_and_a_bad_split_is_named():
+    a = Learner(_cfg(), obs_dim=OBS, n_actions=N, seed=3)
+    b = Learner(_cfg(), obs_dim=OBS, n_actions=N, seed=3)
+    batch = _rollout(np.random.default_rng(22), b=6)
+    assert a.updates(batch) == [b.update(batch)]
+    lrn = Learner(_cfg(minibatch_envs=4), obs_dim=OBS, n_actions=N)
+    with pytest.raises(
+        ValueError, match=r"rollout of 6 envs does not split into minibatches of learner.minibatch_envs=4"
+    ):
+        lrn.updates(batch)
+    assert lrn.step == 0
+    assert _cfg(minibatch_envs=-1).errors() == [
+        "learner.minibatch_envs=-1 must be an int >= 0 (0: the whole rollout is one step)"
+    ]
