@@ -1,34 +1,67 @@
-"""The learner role: wraps Learner with the receive path, weight broadcasts, episode totals and checkpoints.
+"""The learner role: wraps Learner with the receive path, weight publishing, episode totals and checkpoints.
 
-A plain class (no Ray; foxhunt_ray.remote wraps it). `update(payload)` decodes one rollout payload with a
-counting PayloadDecoder (a bad payload is dropped and counted, the learner keeps going), runs one Learner step and
-returns the diag dict the monitor records: the Learner's keys plus the episode totals (EpisodeStats.diag:
-env_steps, episodes, return_cum, episode_return_mean and, for the market, pnl_cum_usd) and bad_payloads.
-Policy lag comes from the Learner (step - 1 - the batch's policy_version).
+A plain class (no Ray; foxhunt_ray.remote wraps it). `train(payloads)` decodes each rollout payload with a counting
+PayloadDecoder (a bad payload, or one the Learner refuses, is dropped and counted, and the learner keeps going),
+runs the Learner's steps on it (`learner.minibatch_envs`: one step per minibatch of envs) and returns the diag
+dicts the monitor records: the Learner's keys plus the episode totals (EpisodeStats.diag: env_steps, episodes,
+return_cum, episode_return_mean and, for the market, pnl_cum_usd), worker_index and bad_payloads. Policy lag comes
+from the Learner (step - 1 - the batch's policy_version).
+
+On a GPU the receive path never waits for the device: a payload's learner columns are copied into pinned host
+buffers (two sets, used in turn), validated there, sent to the device in one asynchronous copy, and its steps are
+queued; the diags are read with one sync per call. With `wait=False` the last payload's steps are left running
+when `train` returns (their diags come with the next call, or `drain()`), so the GPU works on them while the
+caller fetches and stages the next payloads: the GPU, not the host, sets the pace (BENCHMARKS.md, "The system on
+one GPU host"). Policy weights are copied to pinned memory after each payload's steps, asynchronously;
+`policy_weights()` hands out the newest copy that has landed.
 
 Checkpoints go to run_dir/checkpoints/ckpt_<step>.pt, written to a temporary file and renamed, so a crash never
 leaves half a checkpoint under the final name; the newest `keep` are kept. A checkpoint holds the Learner's
 state (replay included: a resume continues bit-exactly on the learner side), the episode totals and the bad
-payload count, so a resumed run's diag continues its cumulative fields.
+payload count, so a resumed run's diag continues its cumulative fields. A checkpoint first finishes every queued
+step; their diags are returned by the next `train` or `drain`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import re
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from actors.rollout import EpisodeStats
 from actors.wire import DEFAULT_LIMITS, PayloadDecoder, WireLimits
 from learner.config import LearnerConfig
-from learner.learner import Learner
+from learner.learner import Learner, _Pending
+from learner.replay import BATCH_DTYPES, rollout_from_batch
 
 CHECKPOINT_DIR = "checkpoints"
 RUN_CHECKPOINT_FORMAT = "foxhunt_ray.run/1"
 _CKPT_NAME = re.compile(r"^ckpt_(\d{8,})\.pt$")
+_LOG = logging.getLogger(__name__)
+
+TIMING_KEYS: tuple[str, ...] = (
+    "decode_s",
+    "stage_s",
+    "launch_s",
+    "sync_s",
+    "h2d_gpu_s",
+    "update_gpu_s",
+    "weights_s",
+    "checkpoint_s",
+    "payloads",
+    "updates",
+)
+"""LearnerWorker.timings(): decode_s (wire checks), stage_s (copy to the staging buffers and validation), launch_s
+(queueing the steps: host time), sync_s (waiting for the device to read diags), h2d_gpu_s and update_gpu_s (device
+time of the rollout's copy and of the steps, CUDA events; on a CPU learner update_gpu_s is the steps' host time),
+weights_s (policy weight copies), checkpoint_s, and the payloads and updates done."""
 
 
 def checkpoint_path(run_dir: str | Path, step: int) -> Path:
@@ -49,8 +82,32 @@ def latest_checkpoint(run_dir: str | Path) -> tuple[int, Path] | None:
     return found[-1] if found else None
 
 
+@dataclass(kw_only=True)
+class _Payload:
+    """A payload whose steps are queued: their diag values and the device time are read by `_collect`."""
+
+    steps: list[_Pending]
+    totals: dict
+    """EpisodeStats.diag() with this payload counted, plus worker_index and bad_payloads."""
+    events: tuple | None = None
+    """CUDA events (copy start, steps start, steps end) on a GPU learner."""
+    cpu_update_s: float = 0.0
+    weights: dict | None = None
+    """The policy's weights after this payload's steps, being copied to pinned memory (a GPU learner)."""
+
+
+@dataclass(kw_only=True)
+class _Staging:
+    """A pinned host buffer per learner column for one rollout shape, and the event after its last device copy."""
+
+    columns: dict[str, torch.Tensor]
+    copied: object = None
+    arrays: dict[str, np.ndarray] = field(default_factory=dict)
+
+
 class LearnerWorker:
-    """Learner + PayloadDecoder + EpisodeStats + checkpoints; methods: update, policy_weights, checkpoint, load."""
+    """Learner + PayloadDecoder + EpisodeStats + checkpoints; methods: train, drain, policy_weights, checkpoint,
+    load, timings."""
 
     def __init__(
         self,
@@ -62,52 +119,217 @@ class LearnerWorker:
         seed: int = 0,
         device: str | None = None,
         checkpoint_every: int | None = None,
+        checkpoint_interval_s: float = 0.0,
         limits: WireLimits = DEFAULT_LIMITS,
         keep: int = 2,
         has_pnl: bool = True,
     ):
-        """checkpoint_every: M, write a checkpoint after every M-th update (None: only when asked). keep: how
-        many checkpoints stay on disk (two: resume may need the one before a checkpoint whose diag line was
-        never written). has_pnl: the env reports pnl_usd (the market; EpisodeStats.has_pnl)."""
+        """checkpoint_every: M, write a checkpoint once the step passes a multiple of M (None: only when asked),
+        and no sooner than checkpoint_interval_s seconds after the last one. keep: how many checkpoints stay on
+        disk (two: resume may need the one before a checkpoint whose diag line was never written). has_pnl: the
+        env reports pnl_usd (the market; EpisodeStats.has_pnl)."""
         errs = []
         if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
             errs.append(f"keep={keep!r} must be an int >= 1 (checkpoints kept on disk)")
         m = checkpoint_every
         if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m < 1):
             errs.append(f"checkpoint_every={m!r} must be None or an int >= 1")
+        if isinstance(checkpoint_interval_s, bool) or not isinstance(checkpoint_interval_s, int | float):
+            errs.append(f"checkpoint_interval_s={checkpoint_interval_s!r} must be a number of seconds >= 0")
+        elif not 0 <= checkpoint_interval_s < float("inf"):
+            errs.append(f"checkpoint_interval_s={checkpoint_interval_s!r} must be a number of seconds >= 0")
         if errs:
             raise ValueError("cannot build LearnerWorker:\n  " + "\n  ".join(errs))
         if device is None:
             device = "cuda" if torch.cuda.is_available() else "cpu"
         self.learner = Learner(cfg, obs_dim=int(obs_dim), n_actions=int(n_actions), device=device, seed=seed)
+        self.on_cuda = self.learner.device.type == "cuda"
         self.decoder = PayloadDecoder(limits=limits)
         self.stats = EpisodeStats(has_pnl=has_pnl)
         self.run_dir = Path(run_dir)
         self.keep = keep
         self.checkpoint_every = checkpoint_every
+        self.checkpoint_interval_s = float(checkpoint_interval_s)
+        self._last_checkpoint = (self.learner.step, time.monotonic())
+        self._queued: list[_Payload] = []  # payloads whose steps are queued, oldest first
+        self._done: list[dict] = []  # diags read but not yet returned (a checkpoint drained them)
+        self._staging: dict[tuple, list[_Staging]] = {}
+        self._turn = 0
+        self._seconds = dict.fromkeys(TIMING_KEYS, 0.0)
+        self._weights = self.learner.policy_weights()
 
     @property
     def step(self) -> int:
+        """The learner's step, counting queued steps."""
         return self.learner.step
 
-    def update(self, payload: bytes) -> dict | None:
-        """One learner step on a wire payload; None (counted in bad_payloads) when the payload is bad."""
-        got = self.decoder.decode(payload)
-        if got is None:
-            return None
-        batch, meta = got
-        diag = self.learner.update(batch)
-        self.stats.add(meta)  # after the update: a batch the Learner refused does not count as trained on
-        diag.update(self.stats.diag(), worker_index=int(meta["worker_index"]), **self.decoder.diag())
-        if self.checkpoint_every and self.learner.step % self.checkpoint_every == 0:
+    # ------------------------------------------------------------------ training
+    def train(self, payloads: list, *, wait: bool = True, stop_at: int | None = None) -> list[dict]:
+        """Trains on each payload in turn and returns the diags of the steps finished since the last call: all
+        of them with wait=True; with wait=False all but the last payload's (left running on the device: the
+        next call or `drain` returns them). stop_at: no step past this learner step (the run's end)."""
+        for payload in payloads:
+            if stop_at is not None and self.learner.step >= stop_at:
+                break
+            self._queue(payload, None if stop_at is None else stop_at - self.learner.step)
+        out = self._collect(keep_last=not wait)
+        if self._checkpoint_due():
+            out += self._collect(keep_last=False)
             self.checkpoint()
-        return diag
+        return out
 
+    def drain(self) -> list[dict]:
+        """The diags of every queued step (waits for the device)."""
+        return self._collect(keep_last=False)
+
+    def update(self, payload) -> list[dict]:
+        """`train([payload])`: every step of one payload, finished."""
+        return self.train([payload])
+
+    def _queue(self, payload, limit: int | None) -> None:
+        sec = self._seconds
+        t0 = time.perf_counter()
+        got = self.decoder.decode(payload)
+        t1 = time.perf_counter()
+        sec["decode_s"] += t1 - t0
+        if got is None:
+            return
+        batch, meta = got
+        try:
+            host = rollout_from_batch(
+                self._stage(batch), obs_dim=self.learner.obs_dim, n_actions=self.learner.n_actions
+            )
+        except ValueError as err:  # decoded, but not a rollout this learner can train on
+            self._refuse(str(err))
+            return
+        t2 = time.perf_counter()
+        sec["stage_s"] += t2 - t1
+        events = None
+        if self.on_cuda:
+            events = tuple(torch.cuda.Event(enable_timing=True) for _ in range(3))
+            events[0].record()
+        try:
+            steps = self.learner.start_updates(host, limit=limit, after_copy=events[1].record if events else None)
+        except ValueError as err:  # e.g. a rollout of B envs that minibatch_envs does not divide
+            self._refuse(str(err))
+            return
+        self.stats.add(meta)  # a step's diag counts the env steps of the payload it trained on
+        totals = {**self.stats.diag(), "worker_index": int(meta["worker_index"]), **self.decoder.diag()}
+        record = _Payload(steps=steps, totals=totals)
+        if events:
+            record.weights = self._policy_state_async()  # queued before events[2]: landed once that has
+            events[2].record()
+            self._staging_in_use().copied = events[1]
+            record.events = events
+        t3 = time.perf_counter()
+        if not events:
+            record.cpu_update_s = t3 - t2
+        sec["launch_s"] += t3 - t2 if self.on_cuda else 0.0
+        sec["payloads"] += 1
+        self._queued.append(record)
+
+    def _refuse(self, reason: str) -> None:
+        self.decoder.bad_payloads += 1
+        self.decoder.last_error = reason
+        _LOG.warning("rollout payload #%d refused by the learner: %s", self.decoder.bad_payloads, reason)
+
+    def _collect(self, *, keep_last: bool) -> list[dict]:
+        """Reads the diags of the queued payloads (all, or all but the newest), in order."""
+        ready = self._queued[:-1] if keep_last else self._queued
+        self._queued = self._queued[len(ready) :]
+        out, self._done = self._done, []
+        if not ready:
+            return out
+        sec = self._seconds
+        t0 = time.perf_counter()
+        diags = self.learner.finish_updates([p for r in ready for p in r.steps])  # the one sync
+        sec["sync_s"] += time.perf_counter() - t0
+        at = 0
+        for r in ready:
+            for d in diags[at : at + len(r.steps)]:
+                d.update(r.totals)
+                out.append(d)
+            at += len(r.steps)
+            sec["updates"] += len(r.steps)
+            if r.events:
+                sec["h2d_gpu_s"] += r.events[0].elapsed_time(r.events[1]) / 1e3
+                sec["update_gpu_s"] += r.events[1].elapsed_time(r.events[2]) / 1e3
+            else:
+                sec["update_gpu_s"] += r.cpu_update_s
+            if r.weights is not None:
+                self._weights = r.weights  # its copy was queued before the steps just waited for: it has landed
+        return out
+
+    def _stage(self, batch: dict) -> dict:
+        """The learner columns copied into this learner's staging buffers (pinned on a GPU learner, two sets
+        used in turn, a set reused only once the device has read it), plus policy_version."""
+        shape = batch["obs"].shape
+        sets = self._staging.get(shape)
+        if sets is None:
+            t_len, b = shape[0] - 1, shape[1]
+            sets = []
+            for _ in range(2 if self.on_cuda else 1):
+                cols = {
+                    k: torch.empty(shape if k == "obs" else (t_len, b), dtype=dt, pin_memory=self.on_cuda)
+                    for k, dt in BATCH_DTYPES.items()
+                }
+                sets.append(_Staging(columns=cols, arrays={k: v.numpy() for k, v in cols.items()}))
+            self._staging = {shape: sets}  # one rollout shape per run: older shapes' buffers are let go
+        self._turn = (self._turn + 1) % len(sets)
+        st = sets[self._turn]
+        if st.copied is not None:
+            st.copied.synchronize()  # the device copy that read this set (a payload ago) is done
+        for k, a in st.arrays.items():
+            np.copyto(a, batch[k])
+        return {**st.columns, "policy_version": batch["policy_version"]}
+
+    def _staging_in_use(self) -> _Staging:
+        return next(iter(self._staging.values()))[self._turn]
+
+    # ------------------------------------------------------------------ weights
     def policy_weights(self) -> dict:
-        return self.learner.policy_weights()
+        """What a rollout worker loads: Learner.policy_weights() as of the newest copy that has landed (on a GPU
+        learner, the weights after some payload's steps that the device has finished: no sync)."""
+        t0 = time.perf_counter()
+        if not self.on_cuda:  # the steps are done when queued: the weights are there now
+            out = self.learner.policy_weights()
+        else:
+            for r in reversed(self._queued):
+                if r.weights is not None and r.events[2].query():
+                    self._weights = r.weights
+                    break
+            w = self._weights
+            out = {**w, "state": {k: v.clone() for k, v in w["state"].items()}}
+        self._seconds["weights_s"] += time.perf_counter() - t0
+        return out
+
+    def _policy_state_async(self) -> dict:
+        """Learner.policy_weights() copied into fresh pinned buffers after the steps queued so far (no sync)."""
+        t0 = time.perf_counter()
+        net = self.learner.net
+        state = {}
+        for k, v in net.state_dict().items():
+            if k.startswith(("encoder.", "pi.")):
+                dst = torch.empty(v.shape, dtype=v.dtype, pin_memory=True)
+                dst.copy_(v.detach(), non_blocking=True)
+                state[k] = dst
+        w = {**self._weights, "version": self.learner.step, "state": state}
+        self._seconds["weights_s"] += time.perf_counter() - t0
+        return w
+
+    # ------------------------------------------------------------------ checkpoints
+    def _checkpoint_due(self) -> bool:
+        m = self.checkpoint_every
+        last_step, last_time = self._last_checkpoint
+        return bool(
+            m and self.learner.step // m > last_step // m and time.monotonic() - last_time >= self.checkpoint_interval_s
+        )
 
     def checkpoint(self) -> str:
-        """Writes run_dir/checkpoints/ckpt_<step>.pt atomically, prunes to the newest `keep`; returns its path."""
+        """Finishes every queued step, then writes run_dir/checkpoints/ckpt_<step>.pt atomically and prunes to the
+        newest `keep`; returns its path."""
+        t0 = time.perf_counter()
+        self._done += self._collect(keep_last=False)
         path = checkpoint_path(self.run_dir, self.learner.step)
         path.parent.mkdir(parents=True, exist_ok=True)
         state = {
@@ -125,6 +347,8 @@ class LearnerWorker:
         os.replace(tmp, path)
         for _, old in list_checkpoints(self.run_dir)[: -self.keep]:
             old.unlink(missing_ok=True)
+        self._last_checkpoint = (self.learner.step, time.monotonic())
+        self._seconds["checkpoint_s"] += time.perf_counter() - t0
         return str(path)
 
     def load(self, path: str | Path) -> int:
@@ -136,7 +360,16 @@ class LearnerWorker:
         if not isinstance(state, dict) or state.get("format") != RUN_CHECKPOINT_FORMAT:
             got = state.get("format") if isinstance(state, dict) else type(state).__name__
             raise ValueError(f"{path} is not a run checkpoint: format={got!r}, expected {RUN_CHECKPOINT_FORMAT!r}")
+        self._collect(keep_last=False)
+        self._done = []
         self.learner.load_state_dict(state["learner"])
         self.stats = EpisodeStats(**{**state["stats"], "has_pnl": self.stats.has_pnl})
         self.decoder.bad_payloads = int(state["bad_payloads"])
+        self._last_checkpoint = (self.learner.step, time.monotonic())
+        self._weights = self.learner.policy_weights()
         return self.learner.step
+
+    def timings(self) -> dict[str, float]:
+        """Seconds spent so far in each part of the receive path and on the device (TIMING_KEYS), and `clock`,
+        the time.time() of this reading."""
+        return {**self._seconds, "clock": time.time()}

@@ -17,6 +17,7 @@ per episode), and the driver reports it as return_cum / episode_return_mean only
 from __future__ import annotations
 
 import importlib
+import time
 from dataclasses import dataclass, field
 
 import gymnasium as gym
@@ -40,6 +41,11 @@ class RolloutConfig:
     """T: env steps per sample() batch (what the driver passes to sample)."""
     torch_threads: int = 1
     """torch intra-op threads in the worker process (1: N workers share the cores without oversubscribing)."""
+    policy_device: str = "auto"
+    """Where the worker's policy copy acts: "cpu", "cuda", or "auto" (the GPU when the worker's process sees one,
+    else the CPU). On a GPU host the policy's forward pass costs a CPU core more than stepping the books does
+    (BENCHMARKS.md, "The system on one GPU host"); under Ray a worker sees the GPU only when the driver gave it a
+    share of one (foxhunt_ray.remote)."""
 
     def errors(self) -> list[str]:
         errs = []
@@ -47,7 +53,24 @@ class RolloutConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 errs.append(f"rollout.{name}={v!r} must be an int >= 1")
+        if self.policy_device not in POLICY_DEVICES:
+            errs.append(f"rollout.policy_device={self.policy_device!r} must be one of {list(POLICY_DEVICES)}")
         return errs
+
+
+POLICY_DEVICES: tuple[str, ...] = ("auto", "cpu", "cuda")
+
+
+def policy_device(setting: str) -> torch.device:
+    """The device a rollout worker acts on for RolloutConfig.policy_device = setting, in this process."""
+    if setting == "auto":
+        setting = "cuda" if torch.cuda.is_available() else "cpu"
+    if setting == "cuda" and not torch.cuda.is_available():
+        raise ValueError(
+            "rollout.policy_device='cuda' but this process sees no GPU: use 'auto' or 'cpu', or give the rollout "
+            "workers a GPU (under Ray the driver does when the cluster has one)"
+        )
+    return torch.device(setting)
 
 
 SUPPORTED_SPACES = "a 1-D Box observation (a vector of numbers) and a Discrete(n >= 2) action space"
@@ -180,7 +203,7 @@ def book_seed(seed: int, worker_index: int, num_envs: int) -> int:
 
 
 class RolloutWorker:
-    """Owns a VectorEnv of B envs and a PolicyNet copy; methods: set_weights, sample, get_spaces, stop."""
+    """Owns a VectorEnv of B envs and a PolicyNet copy; methods: set_weights, sample, get_spaces, timings, stop."""
 
     def __init__(
         self,
@@ -202,6 +225,7 @@ class RolloutWorker:
         if errs:
             raise ValueError("cannot build RolloutWorker:\n  " + "\n  ".join(errs))
         torch.set_num_threads(cfg.torch_threads)
+        self.device = policy_device(cfg.policy_device)
         self.cfg, self.worker_index, self.fold, self.env_id = cfg, worker_index, fold, env_id
         B = cfg.num_envs
         self.env = make_envs(env_id, B, market=market, env_kwargs=env_kwargs)
@@ -216,12 +240,13 @@ class RolloutWorker:
         # the market's pnl from its info; any other env's running episode return (sum of rewards), kept here
         self._pnl = np.asarray(info["pnl_usd"], dtype=np.float64) if self.has_pnl else np.zeros(B, np.float64)
         self._autoreset = np.zeros(B, bool)  # envs whose next step is an autoreset (not a transition)
-        # Action sampling has its own seeded stream: nothing else in the process can shift it.
-        self._gen = torch.Generator().manual_seed(seed + worker_index)
+        # Action sampling has its own seeded stream (on the policy's device): nothing else can shift it.
+        self._gen = torch.Generator(device=self.device).manual_seed(seed + worker_index)
         self.policy: PolicyNet | None = None
         self.policy_version = -1
         self.total_env_steps = 0
         self._stopped = False
+        self._seconds = dict.fromkeys(TIMING_KEYS, 0.0)
         if weights is not None:
             self.set_weights(weights)
 
@@ -235,18 +260,26 @@ class RolloutWorker:
                 f"weights are for obs_dim={weights.get('obs_dim')}, n_actions={weights.get('n_actions')}; this "
                 f"env has obs_dim={self.obs_dim}, n_actions={self.n_actions}: build the Learner from get_spaces()"
             )
+        t0 = time.perf_counter()
         if self.policy is None:
-            self.policy = policy_from_weights(weights).eval()
+            self.policy = policy_from_weights(weights).eval().to(self.device)
         else:  # same sizes: load in place, no rebuild per broadcast
             self.policy.load_state_dict(weights["state"])
         self.policy_version = version
+        self._seconds["weights_s"] += time.perf_counter() - t0
 
     def get_spaces(self) -> tuple[gym.spaces.Box, gym.spaces.Discrete]:
         """(observation space, action space) of one env (book)."""
         return self.env.single_observation_space, self.env.single_action_space
 
-    def sample(self, n_steps: int | None = None) -> bytes:
-        """Steps every book n_steps times (default cfg.steps_per_sample); returns one wire payload."""
+    def timings(self) -> dict[str, float]:
+        """Seconds spent so far: env_s (stepping the books), act_s (the policy: forward, sampling, copies to and
+        from its device), encode_s (the wire payload), weights_s (loading broadcast weights), and samples."""
+        return dict(self._seconds)
+
+    def sample(self, n_steps: int | None = None) -> np.ndarray:
+        """Steps every book n_steps times (default cfg.steps_per_sample); returns one wire payload (actors.wire:
+        a numpy uint8 array, which Ray's object store hands to a reader on this node without a copy)."""
         if self._stopped:
             raise RuntimeError("RolloutWorker.sample after stop(): build a new worker")
         if self.policy is None:
@@ -265,11 +298,17 @@ class RolloutWorker:
         ep_env: list[np.ndarray] = []
         ep_pnl: list[np.ndarray] = []
         obs[0] = self._obs
+        clock = time.perf_counter
+        act_s = env_s = 0.0
         for t in range(T):
+            t0 = clock()
             actions[t], logp[t] = self.policy.act(obs[t], generator=self._gen)
+            t1 = clock()
             valid[t] = ~self._autoreset
             step_actions = actions[t] + self._action_start if self._action_start else actions[t]
             next_obs, reward, term, trunc, info = self.env.step(step_actions)
+            act_s += t1 - t0
+            env_s += clock() - t1
             obs[t + 1] = next_obs
             rewards[t], terminated[t], truncated[t] = reward, term, trunc
             if self.has_pnl:
@@ -288,7 +327,8 @@ class RolloutWorker:
             )
         self._obs = obs[T].copy()
         self.total_env_steps += T * B
-        return wire.encode(
+        t0 = clock()
+        payload = wire.encode(
             {
                 "policy_version": self.policy_version,
                 "fold": self.fold,
@@ -307,6 +347,12 @@ class RolloutWorker:
                 "episode_pnl_usd": np.concatenate(ep_pnl) if ep_pnl else np.zeros(0, np.float64),
             }
         )
+        sec = self._seconds
+        sec["env_s"] += env_s
+        sec["act_s"] += act_s
+        sec["encode_s"] += clock() - t0
+        sec["samples"] += 1
+        return payload
 
     def stop(self) -> None:
         """Closes the books; idempotent."""
@@ -314,6 +360,9 @@ class RolloutWorker:
             self.env.close()
             self._stopped = True
 
+
+TIMING_KEYS: tuple[str, ...] = ("env_s", "act_s", "encode_s", "weights_s", "samples")
+"""RolloutWorker.timings(): where a rollout worker's time goes (bench_system.py sums them over the workers)."""
 
 PNL_CUM_USD = "pnl_cum_usd"
 RETURN_CUM = "return_cum"

@@ -1,27 +1,41 @@
-"""The wire format of a rollout batch: one msgpack map, arrays as raw little-endian bytes (never pickle).
+"""The wire format of a rollout batch: a msgpack header, then the arrays as raw little-endian bytes (never pickle).
 
-A payload is a msgpack map of
-  - scalars: wire_version, policy_version, fold, worker_index, env_steps (ints);
-  - arrays: {"dtype": numpy dtype string, "shape": [ints], "data": raw bytes, C order}, for each key of
-    ARRAYS, time-major: obs[T+1, B, D], the [T, B] step columns, env_ids[B], pnl_usd[B] and the episodes
-    that ended in the batch, episode_env[E] / episode_pnl_usd[E] (E may be 0).
-`decode` trusts nothing: it checks the version, every key, dtypes, shapes (one T, B, D, E across keys), the
-size limits and that floats are finite, and raises WireError naming what is wrong and the fix. The learner
-actor wraps it in `PayloadDecoder`, which counts a bad payload (diag `bad_payloads`) and keeps going.
-Spec with examples: docs/system.md.
+A payload (wire version 2) is one contiguous buffer:
+  - 8 bytes: MAGIC (b"FXW2") and the header's length in bytes (uint32, little-endian);
+  - the header, one msgpack map: the scalars wire_version, policy_version, fold, worker_index, env_steps (ints)
+    and "arrays": {key: [dtype string, shape, offset]} for each key of ARRAYS;
+  - each array's bytes (C order) at its offset, ARRAY_ALIGN-aligned, in ARRAYS order, the last one ending the
+    payload. Time-major: obs[T+1, B, D], the [T, B] step columns, env_ids[B], pnl_usd[B] and the episodes that
+    ended in the batch, episode_env[E] / episode_pnl_usd[E] (E may be 0).
+The arrays sit outside the msgpack map so that `decode` can hand out numpy views of the payload instead of
+copies: `encode` returns a numpy uint8 array, which Ray keeps in its object store and hands to a reader on the
+same node without a copy, so a learner reads a rollout of tens of megabytes in place (wire version 1 copied
+each array three times on the way: tobytes, msgpack's bin field, the decoder's copy).
+`decode` trusts nothing: it checks the magic, the version, every key, dtypes, shapes (one T, B, D, E across
+keys), offsets and lengths against the buffer, the size limits and that floats are finite, and raises WireError
+naming what is wrong and the fix. The learner actor wraps it in `PayloadDecoder`, which counts a bad payload
+(diag `bad_payloads`) and keeps going. Spec with examples: docs/system.md.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import struct
 from dataclasses import dataclass
 
 import msgpack
 import numpy as np
 
-WIRE_VERSION = 1
-"""Bump on any change of keys, dtypes or meaning; a decoder refuses every other version."""
+WIRE_VERSION = 2
+"""Bump on any change of keys, dtypes, layout or meaning; a decoder refuses every other version."""
+
+MAGIC = b"FXW2"
+PREFIX = struct.Struct("<4sI")  # MAGIC, header length
+ARRAY_ALIGN = 64
+"""Every array starts at a multiple of this many bytes from the payload's start (cache lines, SIMD loads)."""
+MAX_HEADER_BYTES = 64 * 1024
+"""A real header is a few hundred bytes; anything longer is refused before it is unpacked."""
 
 SCALARS: tuple[str, ...] = ("wire_version", "policy_version", "fold", "worker_index", "env_steps")
 
@@ -62,7 +76,7 @@ class WireLimits:
     """Upper bounds a decoder enforces before it allocates anything."""
 
     max_payload_bytes: int = 512 * 2**20
-    """Largest accepted payload (512 MiB); a batch of T=256, B=1024, D=64 float32 obs is 64 MiB."""
+    """Largest accepted payload (512 MiB); a batch of T=64, B=4096, D=32 is about 40 MiB."""
     max_elements: int = 128 * 2**20
     """Largest element count of any one array."""
 
@@ -78,8 +92,13 @@ class WireLimits:
 DEFAULT_LIMITS = WireLimits()
 
 
-def encode(batch: dict) -> bytes:
-    """Packs a batch dict (the scalars and arrays above; wire_version is added) into one payload.
+def _align(n: int) -> int:
+    return -(-n // ARRAY_ALIGN) * ARRAY_ALIGN
+
+
+def encode(batch: dict) -> np.ndarray:
+    """Packs a batch dict (the scalars and arrays above; wire_version is added) into one payload, a 1-D numpy
+    uint8 array (bytes(payload) is the same payload as bytes).
 
     Arrays must already have their wire dtype: a silent cast here would hide a producer bug. Shapes and values
     are checked by `decode`, on the side that must not trust the sender.
@@ -89,56 +108,107 @@ def encode(batch: dict) -> bytes:
     extra = sorted(set(batch) - want - {"wire_version"})
     if missing or extra:
         raise WireError(f"encode: missing keys {missing}, unexpected keys {extra}; a batch has exactly {sorted(want)}")
-    out: dict = {"wire_version": WIRE_VERSION}
+    header: dict = {"wire_version": WIRE_VERSION}
     for key in SCALARS[1:]:
-        out[key] = int(batch[key])
+        header[key] = int(batch[key])
     for key, (dtype, _, _) in ARRAYS.items():
         a = batch[key]
         if not isinstance(a, np.ndarray) or a.dtype != np.dtype(dtype):
             got = a.dtype.str if isinstance(a, np.ndarray) else type(a).__name__
             raise WireError(f"encode: {key} has dtype {got}, the wire needs {dtype}: cast it in the producer")
-        out[key] = {"dtype": dtype, "shape": list(a.shape), "data": np.ascontiguousarray(a).tobytes()}
-    return msgpack.packb(out, use_bin_type=True)
+    # Offsets depend on the header's length and the header holds the offsets: pack with placeholders of the
+    # largest msgpack int width (uint64: 9 bytes), so the real offsets can only make the header shorter.
+    arrays = {key: [dtype, list(batch[key].shape), 2**63] for key, (dtype, _, _) in ARRAYS.items()}
+    header["arrays"] = arrays
+    offset = _align(PREFIX.size + len(msgpack.packb(header, use_bin_type=True)))
+    for key in ARRAYS:
+        arrays[key][2] = offset
+        offset = _align(offset + batch[key].nbytes) if key != "episode_pnl_usd" else offset + batch[key].nbytes
+    packed = msgpack.packb(header, use_bin_type=True)
+    out = np.empty(offset, np.uint8)  # every byte is written below: the padding as zeros, never stale memory
+    PREFIX.pack_into(out, 0, MAGIC, len(packed))
+    gap = PREFIX.size + len(packed)
+    out[PREFIX.size : gap] = np.frombuffer(packed, np.uint8)
+    for key, (dtype, _, _) in ARRAYS.items():
+        start, a = arrays[key][2], batch[key]
+        out[gap:start] = 0
+        out[start : start + a.nbytes].view(dtype).reshape(a.shape)[...] = a
+        gap = start + a.nbytes
+    return out
 
 
-def decode(payload: bytes, *, limits: WireLimits = DEFAULT_LIMITS) -> dict:
-    """Checks and unpacks a payload into {scalar: int, array key: writable numpy array}; raises WireError."""
-    if not isinstance(payload, bytes | bytearray | memoryview):
-        raise WireError(f"payload must be bytes from actors.wire.encode, got {type(payload).__name__}")
-    size = len(payload)
+def _buffer(payload) -> memoryview:
+    """The payload's bytes as a flat memoryview (no copy), or WireError for anything that is not a payload."""
+    if isinstance(payload, np.ndarray):
+        if payload.dtype != np.uint8 or payload.ndim != 1 or not payload.flags.c_contiguous:
+            raise WireError(
+                f"payload must be a 1-D contiguous uint8 array from actors.wire.encode, got dtype {payload.dtype} "
+                f"shape {payload.shape}"
+            )
+        return memoryview(payload)
+    if isinstance(payload, bytes | bytearray | memoryview):
+        view = memoryview(payload)
+        return view.cast("B") if view.format != "B" or view.ndim != 1 else view
+    raise WireError(f"payload must be bytes or a uint8 array from actors.wire.encode, got {type(payload).__name__}")
+
+
+def decode(payload, *, limits: WireLimits = DEFAULT_LIMITS) -> dict:
+    """Checks a payload and returns {scalar: int, array key: numpy array}; raises WireError.
+
+    The arrays are views of the payload, not copies: read-only when the payload is (bytes, or an array from
+    Ray's object store); copy one before writing to it.
+    """
+    buf = _buffer(payload)
+    size = buf.nbytes
     if size > limits.max_payload_bytes:
         raise WireError(
             f"payload of {size} bytes exceeds max_payload_bytes={limits.max_payload_bytes}: "
-            "sample fewer steps per batch or raise the limit"
+            "sample fewer steps or books per batch or raise the limit"
+        )
+    if size < PREFIX.size or bytes(buf[:4]) != MAGIC:
+        first = bytes(buf[:4])
+        hint = (
+            "a msgpack map: a wire version 1 payload; run the same code version on the rollout and learner sides"
+            if (first[:1] and 0x80 <= first[0] <= 0x8F) or first[:1] in (b"\xde", b"\xdf")
+            else "truncated, corrupted in transport, or not made by actors.wire.encode"
+        )
+        raise WireError(f"payload of {size} bytes does not start with {MAGIC!r} (got {first!r}): {hint}")
+    _, header_len = PREFIX.unpack_from(buf, 0)
+    if header_len > min(MAX_HEADER_BYTES, size - PREFIX.size):
+        raise WireError(
+            f"payload header claims {header_len} bytes, the payload has {size - PREFIX.size} after its prefix "
+            f"(at most {MAX_HEADER_BYTES}): truncated or corrupted in transport"
         )
     try:
         msg = msgpack.unpackb(
-            payload,
+            buf[PREFIX.size : PREFIX.size + header_len],
             raw=False,
             strict_map_key=True,
-            max_bin_len=limits.max_payload_bytes,
+            max_bin_len=0,
+            max_str_len=64,
             max_array_len=64,
             max_map_len=64,
         )
     except Exception as err:  # msgpack raises several unrelated types for corrupt input
         raise WireError(
-            f"payload of {size} bytes is not a complete msgpack message ({type(err).__name__}: {err}); "
+            f"payload header ({header_len} bytes) is not a complete msgpack message ({type(err).__name__}: {err}); "
             "it was truncated or corrupted in transport, or not made by actors.wire.encode"
         ) from None
     if not isinstance(msg, dict):
-        raise WireError(f"payload is a msgpack {type(msg).__name__}, not a map: not made by actors.wire.encode")
+        raise WireError(f"payload header is a msgpack {type(msg).__name__}, not a map: not made by actors.wire.encode")
     version = msg.get("wire_version")
     if version != WIRE_VERSION:
         raise WireError(
             f"payload wire_version={version!r}, this decoder reads {WIRE_VERSION}: "
             "run the same code version on the rollout and learner sides"
         )
-    want = set(SCALARS) | set(ARRAYS)
+    want = {*SCALARS, "arrays"}
     missing = sorted(want - set(msg))
     extra = sorted(set(msg) - want)
     if missing or extra:
         raise WireError(
-            f"payload keys: missing {missing}, unexpected {extra}; wire version {WIRE_VERSION} has {sorted(want)}"
+            f"payload header keys: missing {missing}, unexpected {extra}; wire version {WIRE_VERSION} has "
+            f"{sorted(want)}"
         )
     out: dict = {}
     for key in SCALARS:
@@ -146,9 +216,24 @@ def decode(payload: bytes, *, limits: WireLimits = DEFAULT_LIMITS) -> dict:
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
             raise WireError(f"payload {key}={v!r} must be an int >= 0")
         out[key] = v
+    arrays = msg["arrays"]
+    if not isinstance(arrays, dict):
+        raise WireError(f"payload arrays must be a map of key -> [dtype, shape, offset], got {type(arrays).__name__}")
+    missing = sorted(set(ARRAYS) - set(arrays))
+    extra = sorted(set(arrays) - set(ARRAYS))
+    if missing or extra:
+        raise WireError(
+            f"payload arrays: missing {missing}, unexpected {extra}; wire version {WIRE_VERSION} has {sorted(ARRAYS)}"
+        )
     dims: dict[str, int] = {}
+    end = PREFIX.size + header_len
     for key, (dtype, symbols, finite) in ARRAYS.items():
-        out[key] = _array(key, msg[key], dtype, symbols, finite, dims, limits)
+        out[key], end = _array(key, arrays[key], dtype, symbols, finite, dims, limits, buf, end)
+    if end != size:
+        raise WireError(
+            f"payload has {size - end} bytes after its last array (episode_pnl_usd ends at {end}): "
+            "corrupted in transport, or not made by actors.wire.encode"
+        )
     if dims["T1"] < 2 or dims["B"] < 1 or dims["D"] < 1:
         raise WireError(f"payload obs shape {list(out['obs'].shape)} must be [T+1, B, D] with T >= 1, B >= 1, D >= 1")
     bad = out["episode_env"][(out["episode_env"] < 0) | (out["episode_env"] >= dims["B"])]
@@ -157,12 +242,18 @@ def decode(payload: bytes, *, limits: WireLimits = DEFAULT_LIMITS) -> dict:
     return out
 
 
-def _array(key, item, dtype, symbols, finite, dims, limits) -> np.ndarray:
-    if not isinstance(item, dict) or set(item) != {"dtype", "shape", "data"}:
-        raise WireError(f"payload {key} must be a map with exactly dtype, shape, data")
-    if item["dtype"] != dtype:
-        raise WireError(f"payload {key} has dtype {item['dtype']!r}, wire version {WIRE_VERSION} needs {dtype!r}")
-    shape = item["shape"]
+def all_finite(a: np.ndarray) -> bool:
+    """Whether every element of a float array is finite, in one pass without a temporary where it can: a float
+    sum is finite exactly when no element is NaN or inf, unless finite elements overflow it (then look again)."""
+    return bool(np.isfinite(a.sum())) or bool(np.isfinite(a).all())
+
+
+def _array(key, item, dtype, symbols, finite, dims, limits, buf, prev_end) -> tuple[np.ndarray, int]:
+    if not isinstance(item, list) or len(item) != 3:
+        raise WireError(f"payload {key} must be [dtype, shape, offset]")
+    got_dtype, shape, offset = item
+    if got_dtype != dtype:
+        raise WireError(f"payload {key} has dtype {got_dtype!r}, wire version {WIRE_VERSION} needs {dtype!r}")
     if not isinstance(shape, list) or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in shape):
         raise WireError(f"payload {key} shape {shape!r} must be a list of ints >= 0")
     if len(shape) != len(symbols):
@@ -179,19 +270,26 @@ def _array(key, item, dtype, symbols, finite, dims, limits) -> np.ndarray:
                 f"payload {key} shape {shape} disagrees with the other arrays on {sym}={expect} "
                 "(obs is [T+1, B, D], step columns [T, B], env_ids/pnl_usd [B], episode_* [E])"
             )
-    data = item["data"]
-    itemsize = np.dtype(dtype).itemsize
-    if not isinstance(data, bytes) or len(data) != n * itemsize:
-        got = len(data) if isinstance(data, bytes) else type(data).__name__
-        raise WireError(f"payload {key} data has {got} bytes, shape {shape} of {dtype} needs {n * itemsize}")
-    # A copy: frombuffer over the message is read-only, and torch warns on (and must not write to) such arrays.
-    a = np.frombuffer(data, dtype=dtype).reshape(shape).copy()
-    if finite and not np.isfinite(a).all():
+    nbytes = n * np.dtype(dtype).itemsize
+    if isinstance(offset, bool) or not isinstance(offset, int) or offset % ARRAY_ALIGN or offset < prev_end:
+        raise WireError(
+            f"payload {key} offset {offset!r} must be a multiple of {ARRAY_ALIGN} at or after {prev_end} "
+            "(arrays follow the header in order, without overlap)"
+        )
+    if offset + nbytes > buf.nbytes:
+        raise WireError(
+            f"payload {key} needs bytes {offset}..{offset + nbytes} (shape {shape} of {dtype}), the payload has "
+            f"{buf.nbytes}: truncated in transport"
+        )
+    a = np.frombuffer(buf, dtype=dtype, count=n, offset=offset).reshape(shape)
+    if dtype == "|b1" and n and a.view(np.uint8).max() > 1:  # numpy would read any byte as a bool; torch would not
+        raise WireError(f"payload {key} holds bytes other than 0 and 1: not booleans; corrupted in transport")
+    if finite and not all_finite(a):
         where = np.argwhere(~np.isfinite(a))[0].tolist()
         raise WireError(
             f"payload {key} holds NaN or inf (first at index {where}): the producer's env or policy diverged"
         )
-    return a
+    return a, offset + nbytes
 
 
 def split(decoded: dict) -> tuple[dict, dict]:
@@ -212,7 +310,7 @@ class PayloadDecoder:
         self.last_error: str | None = None
         self._log = log or logging.getLogger(__name__)
 
-    def decode(self, payload: bytes) -> tuple[dict, dict] | None:
+    def decode(self, payload) -> tuple[dict, dict] | None:
         """(learner_batch, meta), or None for a bad payload (counted, logged with its reason)."""
         try:
             return split(decode(payload, limits=self.limits))

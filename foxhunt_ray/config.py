@@ -65,6 +65,12 @@ class RunConfig:
             errs.append(f"env_kwargs={self.env_kwargs!r} is for other envs: set the market's fields (market.*)")
         for name in ("market", "learner", "rollout", "kill"):
             errs += [e if e.startswith(f"{name}.") else f"{name}.{e}" for e in getattr(self, name).errors()]
+        m, b = self.learner.minibatch_envs, self.rollout.num_envs
+        if not errs and m and b % m:
+            errs.append(
+                f"learner.minibatch_envs={m} must divide rollout.num_envs={b} (a rollout splits into minibatches of "
+                "whole envs): pick a divisor, or 0 for one step per rollout"
+            )
         return errs
 
     def validate(self) -> RunConfig:

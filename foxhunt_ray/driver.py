@@ -57,7 +57,13 @@ class DriverConfig:
     broadcast_every: int = 4
     """K: the learner's policy weights go to the rollout workers every K updates."""
     checkpoint_every: int = 100
-    """M: the learner worker checkpoints every M updates (and at the end, on a kill and on Ctrl-C)."""
+    """M: the learner worker checkpoints every M updates (and at the end, on a kill and on Ctrl-C)..."""
+    checkpoint_interval_s: float = 60.0
+    """...but no sooner than this many seconds after its previous checkpoint (0: every M updates). A checkpoint
+    holds the replay (tens of MB) and waits for the GPU: a GPU learner makes hundreds of updates a second."""
+    max_payloads_waiting: int = 4
+    """Ray mode: rollout payloads sampled but not yet trained on, at most; a worker whose next sample would
+    exceed it waits for the learner. Bounds the policy lag (docs/system.md, "Policy lag")."""
     max_worker_restarts: int = 3
     """Ray restarts of a rollout actor that died (its in-flight sample is retried on the new one)."""
     time_limit_s: float = 0.0
@@ -72,14 +78,16 @@ class DriverConfig:
             ("fold", 0),
             ("broadcast_every", 1),
             ("checkpoint_every", 1),
+            ("max_payloads_waiting", 1),
             ("max_worker_restarts", 0),
         ):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < lo:
                 errs.append(f"driver.{name}={v!r} must be an int >= {lo}")
-        t = self.time_limit_s
-        if isinstance(t, bool) or not isinstance(t, int | float) or not 0 <= t < float("inf"):
-            errs.append(f"driver.time_limit_s={t!r} must be a number of seconds >= 0 (0: no limit)")
+        for name in ("time_limit_s", "checkpoint_interval_s"):
+            t = getattr(self, name)
+            if isinstance(t, bool) or not isinstance(t, int | float) or not 0 <= t < float("inf"):
+                errs.append(f"driver.{name}={t!r} must be a number of seconds >= 0 (0: no limit)")
         return errs
 
     def out_of_time(self, start: float) -> bool:
@@ -117,6 +125,12 @@ def parse_args(argv: list[str] | None, prog: str) -> argparse.Namespace:
     p.add_argument("--serial", action="store_true", help="all roles in this process, no Ray")
     p.add_argument("--broadcast-every", type=int, default=None, help="K: updates between weight broadcasts (4)")
     p.add_argument("--checkpoint-every", type=int, default=None, help="M: updates between checkpoints (100)")
+    p.add_argument(
+        "--checkpoint-interval-s", type=float, default=None, metavar="S", help="...and seconds at least (60; 0: none)"
+    )
+    p.add_argument(
+        "--max-payloads-waiting", type=int, default=None, help="rollout payloads waiting for the learner, at most (4)"
+    )
     p.add_argument(
         "--time-limit-s", type=float, default=None, metavar="S", help="stop starting updates after S seconds (0: none)"
     )
@@ -227,7 +241,16 @@ def _probe(config: RunConfig, errs: list[str]) -> EnvSpaces | None:
 
 
 def _driver_flags(args: argparse.Namespace) -> dict:
-    names = ("steps", "rollout_workers", "fold", "broadcast_every", "checkpoint_every", "time_limit_s")
+    names = (
+        "steps",
+        "rollout_workers",
+        "fold",
+        "broadcast_every",
+        "checkpoint_every",
+        "checkpoint_interval_s",
+        "max_payloads_waiting",
+        "time_limit_s",
+    )
     return {n: getattr(args, n) for n in names if getattr(args, n) is not None}
 
 
@@ -242,8 +265,8 @@ def _resolve_resume(args: argparse.Namespace, sha: str) -> Plan:
     if fixed:
         raise UsageError(
             f"--resume continues {run_dir} with its own config.json; drop {['--' + f.replace('_', '-') for f in fixed]}"
-            " (only --steps, --rollout-workers, --broadcast-every, --checkpoint-every, --time-limit-s, --serial"
-            " may change)"
+            " (only --steps, --rollout-workers, --broadcast-every, --checkpoint-every, --checkpoint-interval-s,"
+            " --max-payloads-waiting, --time-limit-s, --serial may change)"
         )
     try:
         saved = json.loads((run_dir / CONFIG_FILE).read_text())

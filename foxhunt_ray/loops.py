@@ -14,6 +14,8 @@ rollout actor to the learner actor by reference, never through the driver.
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -28,6 +30,7 @@ if TYPE_CHECKING:
     from foxhunt_ray.driver import Plan
     from foxhunt_ray.remote import MonitorHandle
 
+TIMINGS_FILE = "timings.json"
 RESUME_SEED_STRIDE = 1_000_003  # a resumed run's rollout workers get fresh books, not the run's first episodes
 
 
@@ -75,6 +78,7 @@ def learner_kwargs(plan: Plan) -> dict:
         run_dir=str(plan.run_dir),
         seed=plan.config.seed,
         checkpoint_every=plan.driver.checkpoint_every,
+        checkpoint_interval_s=plan.driver.checkpoint_interval_s,
     )
 
 
@@ -89,8 +93,33 @@ def worker_kwargs(plan: Plan, worker_index: int) -> dict:
     )
 
 
+def steps_per_payload(plan: Plan) -> int:
+    """Learner steps one rollout payload makes: one per minibatch of envs (learner.minibatch_envs)."""
+    m = plan.config.learner.minibatch_envs
+    return plan.config.rollout.num_envs // m if m else 1
+
+
 Hook = Callable[[int, list], None]
-"""Test hook: called with (step, rollout worker handles) after each recorded step."""
+"""Test hook: called with (last step recorded, rollout worker handles) after each learner answer (serial: each
+payload) that recorded steps."""
+
+
+def write_timings(plan: Plan, wall_s: float, roles: dict, learner_steady: list[dict] | None = None) -> None:
+    """run_dir/timings.json: where each role's time went over the run's loop (benchmarks/bench_system.py), and
+    in Ray mode with a time limit, the learner's totals at half time and at the loop's end ("learner_steady":
+    their difference is the steady state, without start-up or the final checkpoint)."""
+    doc = {"wall_s": wall_s, "roles": roles, "learner_steady": learner_steady or []}
+    tmp = plan.run_dir / (TIMINGS_FILE + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    os.replace(tmp, plan.run_dir / TIMINGS_FILE)
+
+
+def _sum(dicts: list[dict]) -> dict:
+    out: dict = {}
+    for d in dicts:
+        for k, v in d.items():
+            out[k] = out.get(k, 0.0) + v
+    return out
 
 
 def run_serial(plan: Plan, monitor: Monitor, progress: Progress, hook: Hook | None = None) -> int:
@@ -109,17 +138,20 @@ def run_serial(plan: Plan, monitor: Monitor, progress: Progress, hook: Hook | No
         for i in range(drv.rollout_workers)
     ]
     code, i, start = None, 0, time.monotonic()
+    broadcast_at = learner.step
     try:
         while learner.step < drv.steps and not drv.out_of_time(start):
-            diag = learner.update(workers[i % len(workers)].sample())
+            diags = learner.train([workers[i % len(workers)].sample()], stop_at=drv.steps)
             i += 1
-            if diag is None:  # a bad payload: counted by the decoder, no step
-                continue
-            if (code := _record(monitor, progress, diag)) is not None:
+            for diag in diags:  # none for a bad payload: counted by the decoder
+                if (code := _record(monitor, progress, diag)) is not None:
+                    break
+            if code is not None:
                 break
-            if hook is not None:
+            if diags and hook is not None:
                 hook(learner.step, workers)
-            if learner.step % drv.broadcast_every == 0:
+            if learner.step // drv.broadcast_every > broadcast_at // drv.broadcast_every:
+                broadcast_at = learner.step
                 weights = learner.policy_weights()
                 for w in workers:
                     w.set_weights(weights)
@@ -128,6 +160,11 @@ def run_serial(plan: Plan, monitor: Monitor, progress: Progress, hook: Hook | No
         print(f"interrupted at update {learner.step}: checkpoint kept in {plan.run_dir}", file=sys.stderr)
         return monitor.finish("stopped", "interrupted by the user (Ctrl-C)")
     finally:
+        write_timings(
+            plan,
+            time.monotonic() - start,
+            {"learner": learner.timings(), "rollout": _sum([w.timings() for w in workers])},
+        )
         for w in workers:
             w.stop()
     learner.checkpoint()
@@ -141,76 +178,153 @@ def run_ray(plan: Plan, monitor: MonitorHandle, progress: Progress, hook: Hook |
     from foxhunt_ray import remote
 
     cfg, drv = plan.config, plan.driver
-    learner = remote.learner_actor(gpu=remote.cluster_has_gpu()).remote(cfg.learner, **learner_kwargs(plan))
+    learner_gpus, worker_gpus = remote.gpu_shares(cfg.rollout, drv.rollout_workers, remote.cluster_has_gpu())
+    learner = remote.learner_actor(gpus=learner_gpus).remote(cfg.learner, **learner_kwargs(plan))
     workers: list = []
+    drive = _Drive(plan, monitor, progress, learner, hook)
     try:
         if plan.checkpoint is not None:
             ray.get(learner.load.remote(str(plan.checkpoint)))
         weights = learner.policy_weights.remote()  # one object in the store, shared by every worker
-        cls = remote.rollout_actor(cpus=remote.rollout_cpus(drv.rollout_workers), max_restarts=drv.max_worker_restarts)
+        cls = remote.rollout_actor(
+            cpus=remote.rollout_cpus(drv.rollout_workers), gpus=worker_gpus, max_restarts=drv.max_worker_restarts
+        )
         # a restarted actor reruns its constructor: with these weights it can sample at once
         workers = [
             cls.remote(cfg.rollout, cfg.market, weights=weights, **worker_kwargs(plan, i))
             for i in range(drv.rollout_workers)
         ]
-        return _drive(plan, monitor, progress, learner, workers, hook)
+        drive.workers = workers
+        return drive.run()
     except KeyboardInterrupt:
-        try:
+        try:  # the steps the learner has queued are finished and recorded, then kept in a checkpoint
+            ray.get(monitor.record_update(learner.drain_answer.remote()), timeout=60)
             ray.get(learner.checkpoint.remote(), timeout=60)
             print(f"interrupted: checkpoint kept in {plan.run_dir}", file=sys.stderr)
         except Exception as err:  # the actors may be gone with the same Ctrl-C; the periodic checkpoint stays
             print(f"interrupted: no final checkpoint ({err}); the last periodic one stays", file=sys.stderr)
         return monitor.finish("stopped", "interrupted by the user (Ctrl-C)")
     finally:
+        try:
+            roles = {
+                "learner": ray.get(learner.timings.remote(), timeout=30),
+                "rollout": _sum(ray.get([w.timings.remote() for w in workers], timeout=30)),
+                "monitor": ray.get(monitor.actor.timings.remote(), timeout=30),
+                "driver": drive.seconds,
+            }
+            write_timings(plan, drive.wall_s(), roles, ray.get(drive.snapshots, timeout=30))
+        except Exception as err:  # actors lost with the run's failure: no timings, the run's own outcome stands
+            print(f"no timings.json: {type(err).__name__}: {err}"[:300], file=sys.stderr)
         for handle in [*workers, learner]:
             ray.kill(handle)
 
 
-MAX_UPDATES_IN_FLIGHT = 2  # one running on the learner, one queued: the learner never waits for the driver
+MAX_CALLS_IN_FLIGHT = 2  # one running on the learner, one queued: the learner never waits for the driver
 MAX_LOST_IN_A_ROW = 8
 
 
-def _drive(plan: Plan, monitor: MonitorHandle, progress: Progress, learner, workers: list, hook: Hook | None) -> int:
-    import ray
+class _Drive:
+    """The Ray loop. Each rollout actor has one sample in flight; finished samples wait in `ready` until the
+    learner actor takes them, all at once, in a call (at most MAX_CALLS_IN_FLIGHT calls queued on it). A worker
+    whose sample finishes while `drv.max_payloads_waiting` payloads already wait for the learner (ready or in a
+    call) idles until the learner catches up: that bounds the policy lag (docs/system.md, "Policy lag")."""
 
-    drv = plan.driver
-    samples = {w.sample.remote(): i for i, w in enumerate(workers)}
-    updates: list = []  # in submission order; the actor runs them in that order
-    dispatched, lost_in_a_row, code, start = plan.resume_step, 0, None, time.monotonic()
-    while (more := dispatched < drv.steps and not drv.out_of_time(start)) or updates:
-        can_dispatch = more and len(updates) < MAX_UPDATES_IN_FLIGHT
-        wait_on = ([*samples] if can_dispatch else []) + updates[:1]
-        (ready,), _ = ray.wait(wait_on, num_returns=1)
-        if updates and ready == updates[0]:
-            updates.pop(0)
-            answer = ray.get(ready)  # ready: this does not block
-            if "skipped" in answer:
-                diag = answer["skipped"]
-                dispatched -= 1  # no step: a bad payload (counted in bad_payloads) or a sample a dead actor lost
-                lost_in_a_row = lost_in_a_row + 1 if diag is not None else 0
-                if lost_in_a_row > MAX_LOST_IN_A_ROW:
-                    raise RuntimeError(f"{lost_in_a_row} samples lost in a row: {diag['lost_sample']}")
+    def __init__(self, plan: Plan, monitor, progress: Progress, learner, hook: Hook | None):
+        self.plan, self.monitor, self.progress, self.learner, self.hook = plan, monitor, progress, learner, hook
+        self.workers: list = []
+        self.seconds = {"wait_s": 0.0, "dispatch_s": 0.0, "answers": 0.0}
+        self.snapshots: list = []  # refs of the learner's timings at half the time limit and at the loop's end
+        self.start = time.monotonic()
+        self.end: float | None = None
+
+    def wall_s(self) -> float:
+        return (self.end or time.monotonic()) - self.start
+
+    def run(self) -> int:
+        import ray
+
+        plan, drv, monitor, learner = self.plan, self.plan.driver, self.monitor, self.learner
+        per_payload = steps_per_payload(plan)
+        workers = self.workers
+        samples = {w.sample.remote(): i for i, w in enumerate(workers)}
+        ready: list = []
+        idle: list[int] = []
+        calls: list[tuple] = []  # (answer ref, payloads in it), in submission order
+        learner_step = broadcast_at = plan.resume_step
+        lost_in_a_row, code = 0, None
+        self.start = time.monotonic()
+
+        def waiting() -> int:
+            return len(ready) + sum(n for _, n in calls)
+
+        def resume_idle() -> None:
+            while idle and waiting() < drv.max_payloads_waiting:
+                i = idle.pop(0)
+                samples[workers[i].sample.remote()] = i
+
+        while True:
+            t0 = time.monotonic()
+            dispatched = learner_step + per_payload * sum(n for _, n in calls)
+            more = dispatched < drv.steps and not drv.out_of_time(self.start)
+            if more and ready and len(calls) < MAX_CALLS_IN_FLIGHT:
+                # nested: the learner fetches the payloads itself; the monitor actor takes the learner's answer
+                answer = monitor.record_update(learner.update_from.remote(ready, drv.steps))
+                calls.append((answer, len(ready)))
+                ready = []
+                self.seconds["dispatch_s"] += time.monotonic() - t0
                 continue
-            lost_in_a_row = 0
-            monitor.last, decision = answer["record"], answer["decision"]
-            if (code := _report(monitor, progress, decision)) is not None:
-                ray.get(updates)  # the updates still queued end as {"after_end"}: fetched, none left unread
+            if not calls and not (more and samples):
                 break
-            step = int(monitor.last["step"])
-            if hook is not None:
-                hook(step, workers)
-            if step % drv.broadcast_every == 0:
-                weights = learner.policy_weights.remote()
-                for w in workers:
-                    w.set_weights.remote(weights)
-        else:
-            i = samples.pop(ready)
-            # nested: the learner fetches the payload itself; the monitor actor takes the learner's answer
-            updates.append(monitor.record_update(learner.update_from.remote([ready])))
-            dispatched += 1
-            samples[workers[i].sample.remote()] = i
-    ray.get(learner.checkpoint.remote())
-    return code if code is not None else monitor.finish("done")
+            wait_on = ([*samples] if more else []) + [c for c, _ in calls[:1]]
+            (done,), _ = ray.wait(wait_on, num_returns=1)
+            t1 = time.monotonic()
+            self.seconds["wait_s"] += t1 - t0
+            if drv.time_limit_s and not self.snapshots and t1 - self.start >= drv.time_limit_s / 2:
+                self.snapshots.append(learner.timings.remote())  # queued behind the calls: no wait here
+            if calls and done == calls[0][0]:
+                calls.pop(0)
+                answer = ray.get(done)  # ready: this does not block
+                self.seconds["answers"] += 1
+                learner_step = answer["step"]
+                for why in answer["lost"]:  # a sample lost with its rollout actor: no step
+                    lost_in_a_row += 1
+                    if lost_in_a_row > MAX_LOST_IN_A_ROW:
+                        raise RuntimeError(f"{lost_in_a_row} samples lost in a row: {why}")
+                if answer.get("after_end") or not answer["n"]:
+                    resume_idle()
+                    continue
+                lost_in_a_row = 0
+                monitor.last = answer["record"]
+                if (code := _report(monitor, self.progress, answer["decision"])) is not None:
+                    ray.get([c for c, _ in calls])  # answers queued behind the kill end as after_end: fetched
+                    break
+                step = int(monitor.last["step"])
+                if self.hook is not None:
+                    self.hook(step, workers)
+                if step // drv.broadcast_every > broadcast_at // drv.broadcast_every:
+                    broadcast_at = step
+                    weights = learner.policy_weights.remote()
+                    for w in workers:
+                        w.set_weights.remote(weights)
+                resume_idle()
+            else:
+                i = samples.pop(done)
+                ready.append(done)
+                if more and waiting() < drv.max_payloads_waiting:
+                    samples[workers[i].sample.remote()] = i
+                else:
+                    idle.append(i)
+            self.seconds["dispatch_s"] += time.monotonic() - t1
+        if len(self.snapshots) == 1:
+            self.snapshots.append(learner.timings.remote())
+        if code is None:  # the steps the learner still runs: their lines, and perhaps a kill among them
+            answer = ray.get(monitor.record_update(learner.drain_answer.remote()))
+            if answer.get("n"):
+                monitor.last = answer["record"]
+                code = _report(monitor, self.progress, answer["decision"])
+        self.end = time.monotonic()
+        ray.get(learner.checkpoint.remote())
+        return code if code is not None else monitor.finish("done")
 
 
 def _record(monitor: Monitor, progress: Progress, diag: dict) -> int | None:

@@ -1,42 +1,68 @@
 """The one place where `ray.remote(...)` wraps the roles (DESIGN.md: roles are plain classes).
 
-- Learner actor: LearnerWorker plus `update_from([ref])`, which fetches a rollout payload itself (the driver
-  never pulls payloads through its own process) and turns a sample lost with a dead rollout actor into a
-  `{"lost_sample": reason}` answer instead of an exception. num_gpus=1 when the cluster has a GPU.
+- Learner actor: LearnerWorker plus `update_from(refs)`, which fetches rollout payloads itself (the driver never
+  pulls payloads through its own process; on the same node Ray hands them over without a copy), trains on them
+  leaving the newest payload's steps running on the GPU, and reports a sample lost with a dead rollout actor in
+  its answer instead of raising. A GPU when the cluster has one (half of it when the rollout policies act there).
 - Rollout actors: RolloutWorker with max_restarts and as many task retries, so a sample in flight when its actor
-  died is run again on the restarted actor. A restarted actor reruns its constructor, weights included.
-- Monitor actor: Monitor plus `record_update(diag)`, which takes the learner actor's answer straight from the
-  object store (the driver passes the update's ref), so diag.jsonl, the kill rules and the dashboard gauges
-  live in their own actor. It is pinned to the driver's node, where the run folder is. `MonitorHandle` gives
-  the driver the calls it makes on a plain Monitor (finish, close, last, exit_code).
+  died is run again on the restarted actor. A restarted actor reruns its constructor, weights included. A share
+  of the GPU when their policies act on it (RolloutConfig.policy_device; gpu_shares).
+- Monitor actor: Monitor plus `record_update(answer)`, which takes the learner actor's answer straight from the
+  object store (the driver passes the answer's ref) and records its diags in order, so diag.jsonl, the kill
+  rules and the dashboard gauges live in their own actor. It is pinned to the driver's node, where the run
+  folder is. `MonitorHandle` gives the driver the calls it makes on a plain Monitor (finish, close, last,
+  exit_code).
 """
 
 from __future__ import annotations
+
+import time
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from actors.learner_worker import LearnerWorker
 from actors.monitor import Monitor
-from actors.rollout import RolloutWorker
+from actors.rollout import RolloutConfig, RolloutWorker
 
 LEARNER_CPUS = 1.0
 
 
 class RayLearnerWorker(LearnerWorker):
-    """LearnerWorker inside a Ray actor: picks its device from the GPUs Ray gave it."""
+    """LearnerWorker inside a Ray actor: picks its device from the GPUs Ray gave it, fetches payloads itself."""
 
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("device", "cuda" if ray.get_gpu_ids() else "cpu")
         super().__init__(*args, **kwargs)
+        self._ray_seconds = {"fetch_s": 0.0, "idle_s": 0.0, "calls": 0.0}
+        self._last_return: float | None = None
 
-    def update_from(self, refs: list) -> dict | None:
-        """update() on the payload behind refs[0]; {'lost_sample': why} when its rollout actor lost it."""
-        try:
-            payload = ray.get(refs[0])
-        except ray.exceptions.RayError as err:
-            return {"lost_sample": f"{type(err).__name__}: {err}"[:500]}
-        return self.update(payload)
+    def update_from(self, refs: list, stop_at: int | None = None) -> dict:
+        """train() on the payloads behind refs, fetched here (zero-copy from this node's object store), leaving
+        the newest payload's steps running (LearnerWorker.train(wait=False)). Answers {"diags": [...], "lost":
+        [why, ...] for samples lost with their rollout actor, "step": the learner step with queued steps}."""
+        t0 = time.perf_counter()
+        sec = self._ray_seconds
+        if self._last_return is not None:
+            sec["idle_s"] += t0 - self._last_return
+        payloads, lost = [], []
+        for ref in refs:
+            try:
+                payloads.append(ray.get(ref))
+            except ray.exceptions.RayError as err:
+                lost.append(f"{type(err).__name__}: {err}"[:500])
+        sec["fetch_s"] += time.perf_counter() - t0
+        sec["calls"] += 1
+        diags = self.train(payloads, wait=False, stop_at=stop_at)
+        self._last_return = time.perf_counter()
+        return {"diags": diags, "lost": lost, "step": self.step}
+
+    def drain_answer(self) -> dict:
+        """drain() in update_from's answer format."""
+        return {"diags": self.drain(), "lost": [], "step": self.step}
+
+    def timings(self) -> dict[str, float]:
+        return {**super().timings(), **self._ray_seconds}
 
 
 def cluster_has_gpu() -> bool:
@@ -50,28 +76,58 @@ def rollout_cpus(n_workers: int) -> float:
     return round(max(0.05, min(1.0, free / max(n_workers, 1))), 2)
 
 
-def learner_actor(*, gpu: bool):
-    return ray.remote(num_cpus=LEARNER_CPUS, num_gpus=1 if gpu else 0)(RayLearnerWorker)
+ROLLOUT_GPU_SHARE = 0.5
+"""Of one GPU, what the rollout actors share between them when their policies act on it (the learner has the rest)."""
 
 
-def rollout_actor(*, cpus: float, max_restarts: int):
-    return ray.remote(num_cpus=cpus, max_restarts=max_restarts, max_task_retries=max_restarts)(RolloutWorker)
+def gpu_shares(rollout: RolloutConfig, n_workers: int, has_gpu: bool) -> tuple[float, float]:
+    """(learner's GPUs, each rollout actor's GPUs): a whole GPU for the learner unless the rollout policies act on
+    the GPU too (policy_device 'auto' or 'cuda' on a cluster with one), then the learner and the rollout actors
+    share one: Ray shows a GPU only to an actor that asked for a share of it."""
+    if not has_gpu:
+        return 0.0, 0.0
+    if rollout.policy_device == "cpu":
+        return 1.0, 0.0
+    return 1.0 - ROLLOUT_GPU_SHARE, round(ROLLOUT_GPU_SHARE / max(n_workers, 1), 4)
+
+
+def learner_actor(*, gpus: float):
+    return ray.remote(num_cpus=LEARNER_CPUS, num_gpus=gpus)(RayLearnerWorker)
+
+
+def rollout_actor(*, cpus: float, gpus: float = 0.0, max_restarts: int):
+    return ray.remote(num_cpus=cpus, num_gpus=gpus, max_restarts=max_restarts, max_task_retries=max_restarts)(
+        RolloutWorker
+    )
 
 
 class RayMonitor(Monitor):
     """Monitor inside its own actor."""
 
-    def record_update(self, diag: dict | None) -> dict:
-        """record() for a learner answer: {"record", "decision"}, or {"skipped": answer} when the learner made
-        no step (a bad payload: None; a sample lost with its rollout actor: {"lost_sample": why}), or
-        {"after_end": step} for an update that was already queued on the learner when a rule ended the run:
-        the run is over at the kill's step, so that update gets no line (Monitor.record would refuse it)."""
-        if diag is None or "lost_sample" in diag:
-            return {"skipped": diag}
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._record_s = 0.0
+
+    def record_update(self, answer: dict) -> dict:
+        """record() for each diag of a learner answer (RayLearnerWorker.update_from), in order, up to a kill:
+        {"record": the last line recorded (None if none), "n": lines recorded, "decision", "lost", "step"}; or
+        {"after_end": True, ...} for an answer that comes after a rule ended the run: the run is over at the
+        kill's step, so its diags get no line (Monitor.record would refuse them)."""
+        base = {"lost": answer["lost"], "step": answer["step"]}
         if self.exit_code is not None:
-            return {"after_end": diag.get("step")}
-        decision = self.record(diag)
-        return {"record": self.last, "decision": decision}
+            return {**base, "after_end": True}
+        t0 = time.perf_counter()
+        decision, n = None, 0
+        for diag in answer["diags"]:
+            decision = self.record(diag)
+            n += 1
+            if decision is not None:
+                break
+        self._record_s += time.perf_counter() - t0
+        return {**base, "record": self.last if n else None, "n": n, "decision": decision}
+
+    def timings(self) -> dict[str, float]:
+        return {"record_s": self._record_s}
 
     def ready(self) -> bool:
         return True

@@ -187,16 +187,24 @@ class PolicyNet(nn.Module):
         generator: torch.Generator | None = None,
         greedy: bool = False,
     ) -> tuple[np.ndarray, np.ndarray]:
-        """obs[B, D] -> (action[B] int64, logp[B] float32) as numpy; samples pi unless greedy."""
+        """obs[B, D] -> (action[B] int64, logp[B] float32) as numpy; samples pi unless greedy.
+
+        Runs where the net's parameters are (the generator must live there too); obs may be numpy or a tensor
+        anywhere. On a GPU the action and its log-prob come back in one copy (an action index is exact in float32).
+        """
         x = torch.as_tensor(obs, dtype=torch.float32)
         if x.ndim != 2:
             raise ValueError(f"PolicyNet.act: obs must be [B, obs_dim], got shape {tuple(x.shape)}")
-        logp_all = torch.log_softmax(self(x), dim=-1)
+        device = self.pi.weight.device
+        logp_all = torch.log_softmax(self(x.to(device)), dim=-1)
         if greedy:
             action = logp_all.argmax(-1)
         else:
             action = torch.multinomial(logp_all.exp(), 1, generator=generator).squeeze(-1)
         logp = logp_all.gather(-1, action[:, None]).squeeze(-1)
+        if device.type != "cpu":
+            both = torch.stack((action.to(logp.dtype), logp)).cpu().numpy()
+            return both[0].astype(np.int64), both[1].astype(np.float32)
         return action.numpy().astype(np.int64), logp.numpy().astype(np.float32)
 
 

@@ -112,7 +112,7 @@ def test_sync_env_stream_is_deterministic_and_continues_across_samples():
     for key in ("actions", "rewards", "valid", "episode_pnl_usd", "pnl_usd"):
         got = second[key] if key == "pnl_usd" else np.concatenate([first[key], second[key]])
         np.testing.assert_array_equal(got, whole[key], err_msg=key)
-    assert counter_worker(seed=4).sample(16) != counter_worker().sample(16)
+    assert bytes(counter_worker(seed=4).sample(16)) != bytes(counter_worker().sample(16))
 
 
 # ---------------------------------------------------------------- refusals

@@ -39,7 +39,8 @@ TOP_KEYS = {"run_dir", "checkpoint", "checkpoint_step", "fold", "market", "episo
 def run_dir(tmp_path_factory) -> Path:
     """A tiny trained run: smoke, serial, 8 updates, checkpoints at steps 4 and 8."""
     out = tmp_path_factory.mktemp("runs")
-    argv = ["--preset", "smoke", "--steps", "8", "--checkpoint-every", "4", "--serial", "--quiet", "--out", str(out)]
+    argv = ["--preset", "smoke", "--steps", "8", "--checkpoint-every", "4", "--checkpoint-interval-s", "0"]
+    argv += ["--serial", "--quiet", "--out", str(out)]
     assert driver.main(argv) == 0
     (found,) = out.glob("*/0")
     return found

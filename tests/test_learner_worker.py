@@ -3,12 +3,15 @@ provenance (git commit + dirty marker, content hash without git)."""
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import subprocess
 
+import numpy as np
 import pytest
 import torch
 
+from actors import wire
 from actors.learner_worker import LearnerWorker, latest_checkpoint, list_checkpoints
 from actors.rollout import RolloutConfig, RolloutWorker
 from foxhunt_ray import provenance
@@ -35,15 +38,58 @@ def pair(tmp_path):
 
 def test_update_adds_totals_and_counts_bad_payloads(pair):
     worker, learner, _ = pair
-    d1 = learner.update(worker.sample())
+    [d1] = learner.update(worker.sample())
     assert d1["step"] == 1 and d1["env_steps"] == 32 and d1["bad_payloads"] == 0 and d1["worker_index"] == 0
-    assert learner.update(b"\x00garbage") is None
+    assert learner.update(b"\x00garbage") == []
     assert learner.step == 1  # no step on a bad payload
-    d2 = learner.update(worker.sample())
+    [d2] = learner.update(worker.sample())
     assert d2["step"] == 2 and d2["env_steps"] == 64 and d2["bad_payloads"] == 1
     # horizon 20, 16 steps so far: no episode ended; 8 more end one per book
-    d3 = learner.update(worker.sample())
+    [d3] = learner.update(worker.sample())
     assert d3["episodes"] == 4 and d3["pnl_cum_usd"] == pytest.approx(learner.stats.pnl_cum_usd)
+
+
+def _edited(payload, key, edit):
+    batch = wire.decode(bytes(payload))
+    batch = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in batch.items() if k != "wire_version"}
+    edit(batch[key])
+    return wire.encode(batch)
+
+
+def test_a_payload_the_learner_refuses_is_counted_and_skipped(pair):
+    """A payload that decodes but is no rollout this learner can train on (an action out of range, an obs of
+    another width, no valid step) is dropped and counted like a bad one; the run goes on."""
+    worker, learner, _ = pair
+    good = worker.sample()
+    out_of_range = _edited(good, "actions", lambda a: a.__setitem__((0, 0), 99))
+    no_valid = _edited(good, "valid", lambda a: a.fill(False))
+    assert learner.update(out_of_range) == [] and learner.update(no_valid) == []
+    assert learner.step == 0 and learner.decoder.bad_payloads == 2
+    assert "no transition" in learner.decoder.last_error
+    [d] = learner.update(good)
+    assert d["step"] == 1 and d["bad_payloads"] == 2 and d["env_steps"] == 32  # refused payloads did not count
+
+
+def test_minibatches_wait_stop_at_and_weights(tmp_path):
+    """minibatch_envs splits a payload into several steps; wait=False leaves the newest payload's steps queued
+    (returned by the next call or drain, in order); stop_at ends exactly at a step; weights carry the step."""
+    worker = RolloutWorker(
+        RolloutConfig(num_envs=8, steps_per_sample=6), MarketConfig(horizon=20), worker_index=0, seed=0
+    )
+    cfg = dataclasses.replace(preset("smoke"), minibatch_envs=2)
+    learner = LearnerWorker(cfg, obs_dim=worker.obs_dim, n_actions=worker.n_actions, run_dir=tmp_path)
+    assert learner.policy_weights()["version"] == 0
+    worker.set_weights(learner.policy_weights())
+    payloads = [worker.sample() for _ in range(3)]
+    first = learner.train(payloads[:2], wait=False)
+    assert [d["step"] for d in first] == [1, 2, 3, 4] and learner.step == 8
+    assert [d["env_steps"] for d in first] == [48] * 4
+    assert learner.policy_weights()["version"] == 8  # a CPU learner's copy is there at once
+    rest = learner.train(payloads[2:], wait=False, stop_at=10)
+    assert [d["step"] for d in rest] == [5, 6, 7, 8] and learner.step == 10
+    assert [d["step"] for d in learner.drain()] == [9, 10] and learner.drain() == []
+    t = learner.timings()
+    assert t["payloads"] == 3 and t["updates"] == 10 and t["update_gpu_s"] > 0
 
 
 def test_checkpoints_every_m_keep_two_and_resume_exactly(pair):

@@ -53,7 +53,7 @@ def test_shapes_dtypes_and_meta(learner):
 def test_deterministic_given_seed_and_weights(learner):
     weights = learner.policy_weights()
     a, b = make_worker(weights=weights), make_worker(weights=weights)
-    assert a.sample(8) == b.sample(8)  # byte-identical payloads
+    assert bytes(a.sample(8)) == bytes(b.sample(8))  # byte-identical payloads
     other = sample(make_worker(worker_index=1, weights=weights), 8)
     assert not np.array_equal(other["obs"], sample(make_worker(weights=weights), 8)["obs"])
 

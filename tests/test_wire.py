@@ -32,25 +32,64 @@ def make_batch(T: int = 5, B: int = 3, D: int = 4, E: int = 2, seed: int = 0) ->
     }
 
 
-def repack(payload: bytes, edit) -> bytes:
-    """A payload with its msgpack map edited in place by `edit` (for crafting bad payloads)."""
-    msg = msgpack.unpackb(payload, raw=False)
-    edit(msg)
-    return msgpack.packb(msg, use_bin_type=True)
+def parts(payload) -> tuple[dict, dict]:
+    """(header, {key: raw bytes}) of a payload, for crafting bad ones with `assemble`."""
+    buf = bytes(payload)
+    _, n = wire.PREFIX.unpack_from(buf, 0)
+    header = msgpack.unpackb(buf[wire.PREFIX.size : wire.PREFIX.size + n], raw=False)
+    blobs = {}
+    for key, (dtype, shape, offset) in header["arrays"].items():
+        blobs[key] = buf[offset : offset + int(np.prod(shape)) * np.dtype(dtype).itemsize]
+    return header, blobs
+
+
+def assemble(header: dict, blobs: dict, magic: bytes = wire.MAGIC) -> bytes:
+    """A payload laid out as encode lays it out, from a header and raw blobs as they are (lengths not checked)."""
+    arrays = header["arrays"]
+    for key in arrays:
+        arrays[key][2] = 2**63
+    start = wire._align(wire.PREFIX.size + len(msgpack.packb(header)))
+    layout = []
+    for key in arrays:
+        arrays[key][2] = start
+        layout.append((start, blobs.get(key, b"")))
+        start = wire._align(start + len(blobs.get(key, b"")))
+    packed = msgpack.packb(header)
+    out = bytearray(magic + wire.PREFIX.pack(magic, len(packed))[4:] + packed)
+    for offset, blob in layout:
+        out += bytes(offset - len(out)) + blob
+    return bytes(out)
+
+
+def repack(payload, edit) -> bytes:
+    """A payload with its header and blobs edited in place by `edit(header, blobs)`."""
+    header, blobs = parts(payload)
+    edit(header, blobs)
+    return assemble(header, blobs)
 
 
 def test_round_trip_is_exact():
     batch = make_batch()
-    out = wire.decode(wire.encode(batch))
-    assert out["wire_version"] == wire.WIRE_VERSION
-    assert set(out) == set(wire.SCALARS) | set(wire.ARRAYS)
-    for key, value in batch.items():
-        if isinstance(value, np.ndarray):
-            assert out[key].dtype == value.dtype and out[key].shape == value.shape, key
-            np.testing.assert_array_equal(out[key], value, err_msg=key)
-            assert out[key].flags.writeable
-        else:
-            assert out[key] == value
+    payload = wire.encode(batch)
+    assert isinstance(payload, np.ndarray) and payload.dtype == np.uint8 and payload.ndim == 1
+    assert assemble(*parts(payload)) == bytes(payload)  # the test helpers lay a payload out as encode does
+    for form in (payload, bytes(payload), bytearray(payload), memoryview(bytes(payload))):
+        out = wire.decode(form)
+        assert out["wire_version"] == wire.WIRE_VERSION
+        assert set(out) == set(wire.SCALARS) | set(wire.ARRAYS)
+        for key, value in batch.items():
+            if isinstance(value, np.ndarray):
+                assert out[key].dtype == value.dtype and out[key].shape == value.shape, key
+                np.testing.assert_array_equal(out[key], value, err_msg=key)
+            else:
+                assert out[key] == value
+    # views of the payload, not copies: writable only where the payload is
+    assert wire.decode(payload)["obs"].base is not None and wire.decode(payload)["obs"].flags.writeable
+    assert not wire.decode(bytes(payload))["obs"].flags.writeable
+    # every array starts aligned; the padding is zeros (no stale memory leaves the process)
+    header, _ = parts(payload)
+    assert all(off % wire.ARRAY_ALIGN == 0 for _, _, off in header["arrays"].values())
+    assert bytes(wire.encode(batch)) == bytes(payload)
     # no episode ended: E = 0 round-trips too
     empty = wire.decode(wire.encode(make_batch(E=0)))
     assert empty["episode_env"].shape == (0,) and empty["episode_pnl_usd"].dtype == np.float64
@@ -76,45 +115,89 @@ def test_encode_refuses_wrong_dtype_and_keys():
 
 
 def test_truncated_bytes():
-    payload = wire.encode(make_batch())
-    with pytest.raises(wire.WireError, match=r"not a complete msgpack message.*truncated"):
+    payload = bytes(wire.encode(make_batch()))
+    with pytest.raises(wire.WireError, match=r"episode_pnl_usd needs bytes .* truncated in transport"):
+        wire.decode(payload[:-1])
+    with pytest.raises(wire.WireError, match=r"truncated in transport"):
         wire.decode(payload[: len(payload) // 2])
+    with pytest.raises(wire.WireError, match=r"header claims \d+ bytes.*truncated or corrupted"):
+        wire.decode(payload[:20])
+    with pytest.raises(wire.WireError, match=r"does not start with b'FXW2'"):
+        wire.decode(payload[:3])
+    with pytest.raises(wire.WireError, match=r"\d+ bytes after its last array"):
+        wire.decode(payload + b"\0")
 
 
-def test_non_msgpack_garbage():
-    with pytest.raises(wire.WireError, match="not a complete msgpack message"):
+def test_non_payload_garbage():
+    with pytest.raises(wire.WireError, match=r"does not start with b'FXW2'.*not made by actors\.wire\.encode"):
         wire.decode(b"\xc1\xff\x00garbage" * 10)
+    with pytest.raises(wire.WireError, match="not a complete msgpack message"):
+        wire.decode(wire.MAGIC + wire.PREFIX.pack(wire.MAGIC, 3)[4:] + b"\xc1\xff\x00" + bytes(64))
+    header = msgpack.packb([1, 2, 3])
     with pytest.raises(wire.WireError, match="not a map"):
-        wire.decode(msgpack.packb([1, 2, 3]))
-    with pytest.raises(wire.WireError, match="must be bytes"):
+        wire.decode(wire.PREFIX.pack(wire.MAGIC, len(header)) + header)
+    with pytest.raises(wire.WireError, match="must be bytes or a uint8 array"):
         wire.decode("a string")
+    with pytest.raises(wire.WireError, match="1-D contiguous uint8 array"):
+        wire.decode(np.zeros(100, np.float32))
+
+
+def test_a_version_1_payload_is_named():
+    v1 = msgpack.packb({"wire_version": 1, "obs": {"dtype": "<f4", "shape": [1], "data": bytes(4)}})
+    with pytest.raises(wire.WireError, match=r"wire version 1 payload; run the same code version"):
+        wire.decode(v1)
 
 
 def test_wrong_version():
-    bad = repack(wire.encode(make_batch()), lambda m: m.__setitem__("wire_version", 99))
-    with pytest.raises(wire.WireError, match=r"wire_version=99, this decoder reads 1.*same code version"):
+    bad = repack(wire.encode(make_batch()), lambda h, b: h.__setitem__("wire_version", 99))
+    with pytest.raises(wire.WireError, match=r"wire_version=99, this decoder reads 2.*same code version"):
         wire.decode(bad)
 
 
 def test_missing_key():
-    bad = repack(wire.encode(make_batch()), lambda m: m.pop("behaviour_logp"))
-    with pytest.raises(wire.WireError, match=r"missing \['behaviour_logp'\]"):
+    bad = repack(wire.encode(make_batch()), lambda h, b: h["arrays"].pop("behaviour_logp"))
+    with pytest.raises(wire.WireError, match=r"arrays: missing \['behaviour_logp'\]"):
+        wire.decode(bad)
+    bad = repack(wire.encode(make_batch()), lambda h, b: h.pop("fold"))
+    with pytest.raises(wire.WireError, match=r"header keys: missing \['fold'\]"):
         wire.decode(bad)
 
 
 def test_unexpected_key():
-    bad = repack(wire.encode(make_batch()), lambda m: m.__setitem__("extra", 1))
+    bad = repack(wire.encode(make_batch()), lambda h, b: h.__setitem__("extra", 1))
     with pytest.raises(wire.WireError, match=r"unexpected \['extra'\]"):
         wire.decode(bad)
 
 
 def test_wrong_dtype():
-    def edit(m):
-        m["actions"]["dtype"] = "<i4"
-        m["actions"]["data"] = m["actions"]["data"][: len(m["actions"]["data"]) // 2]
+    def edit(h, b):
+        h["arrays"]["actions"][0] = "<i4"
+        b["actions"] = b["actions"][: len(b["actions"]) // 2]
 
     with pytest.raises(wire.WireError, match=r"actions has dtype '<i4'.*needs '<i8'"):
         wire.decode(repack(wire.encode(make_batch()), edit))
+
+
+def test_offsets_must_be_aligned_in_order_and_inside():
+    payload = wire.encode(make_batch())
+    header, _ = parts(payload)
+
+    def with_offset(key, offset):
+        h, _ = parts(payload)
+        h["arrays"][key][2] = offset
+        packed = msgpack.packb(h)
+        buf = bytearray(bytes(payload))
+        old = wire.PREFIX.unpack_from(buf, 0)[1]
+        assert len(packed) <= old + 8  # room enough: the original layout keeps its offsets
+        return bytes(buf[:4]) + wire.PREFIX.pack(wire.MAGIC, len(packed))[4:] + packed + bytes(buf[8 + len(packed) :])
+
+    first = header["arrays"]["obs"][2]
+    with pytest.raises(wire.WireError, match=rf"obs offset {first + 4} must be a multiple of 64"):
+        wire.decode(with_offset("obs", first + 4))
+    with pytest.raises(wire.WireError, match=r"actions offset 0 must be a multiple of 64 at or after"):
+        wire.decode(with_offset("actions", 0))  # overlaps the header and obs
+    with pytest.raises(wire.WireError, match=r"env_ids needs bytes .* truncated"):
+        wire.decode(with_offset("env_ids", 2**40))
 
 
 def test_shape_mismatch():
@@ -133,11 +216,16 @@ def test_shape_mismatch():
 
 
 def test_data_length_must_match_shape():
-    def edit(m):
-        m["obs"]["data"] = m["obs"]["data"][:-4]
+    def shorter(key, n):
+        return lambda h, b: b.__setitem__(key, b[key][:-n])
 
-    with pytest.raises(wire.WireError, match=r"obs data has \d+ bytes, shape \[6, 3, 4\] of <f4 needs 288"):
-        wire.decode(repack(wire.encode(make_batch()), edit))
+    # obs [6, 3, 4] is 288 bytes; 64 fewer and actions (the next cache line) would start inside obs's shape
+    with pytest.raises(
+        wire.WireError, match=r"actions offset (\d+) must be a multiple of 64 at or after \d+ \(arrays follow"
+    ):
+        wire.decode(repack(wire.encode(make_batch(T=5, B=3, D=4)), shorter("obs", 64)))
+    with pytest.raises(wire.WireError, match=r"episode_pnl_usd needs bytes .* truncated"):
+        wire.decode(repack(wire.encode(make_batch()), shorter("episode_pnl_usd", 4)))
 
 
 def test_oversize_payload_and_array():
@@ -167,7 +255,7 @@ def test_episode_env_out_of_range_and_negative_scalar():
     batch["episode_env"][0] = 3
     with pytest.raises(wire.WireError, match=r"episode_env holds \[3\], outside the batch's books 0..2"):
         wire.decode(wire.encode(batch))
-    bad = repack(wire.encode(make_batch()), lambda m: m.__setitem__("policy_version", -1))
+    bad = repack(wire.encode(make_batch()), lambda h, b: h.__setitem__("policy_version", -1))
     with pytest.raises(wire.WireError, match=r"policy_version=-1 must be an int >= 0"):
         wire.decode(bad)
 
@@ -181,7 +269,7 @@ def test_payload_decoder_counts_bad_payloads_and_keeps_going():
     out = dec.decode(good)
     assert out is not None and tuple(out[0]) == wire.LEARNER_KEYS
     assert dec.bad_payloads == 2 and dec.diag() == {"bad_payloads": 2.0}
-    assert "msgpack" in dec.last_error
+    assert "FXW2" in dec.last_error
 
 
 def test_wire_limits_errors():
@@ -206,7 +294,7 @@ def test_round_trip_any_shape(T, B, D, E, seed):
 def test_corrupted_payload_raises_only_wire_error(data):
     """Any truncation or byte flip either still decodes to a consistent batch or raises WireError, never
     another exception type that would crash the learner's receive loop."""
-    payload = bytearray(wire.encode(make_batch(T=3, B=2, D=3, E=1)))
+    payload = bytearray(bytes(wire.encode(make_batch(T=3, B=2, D=3, E=1))))
     cut = data.draw(st.integers(0, len(payload)))
     flips = data.draw(st.lists(st.tuples(st.integers(0, len(payload) - 1), st.integers(0, 255)), max_size=4))
     for pos, byte in flips:
@@ -216,3 +304,11 @@ def test_corrupted_payload_raises_only_wire_error(data):
     except wire.WireError:
         return
     assert out["obs"].shape[0] == out["rewards"].shape[0] + 1
+
+
+def test_booleans_must_be_zero_or_one():
+    def edit(h, b):
+        b["valid"] = bytes([2]) + b["valid"][1:]
+
+    with pytest.raises(wire.WireError, match=r"valid holds bytes other than 0 and 1"):
+        wire.decode(repack(wire.encode(make_batch()), edit))
