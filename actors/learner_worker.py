@@ -29,6 +29,7 @@ import logging
 import os
 import re
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -155,6 +156,7 @@ class LearnerWorker:
         self._done: list[dict] = []  # diags read but not yet returned (a checkpoint drained them)
         self._staging: dict[tuple, list[_Staging]] = {}
         self._turn = 0
+        self._pool: ThreadPoolExecutor | None = None  # stages the next payload while this one's steps queue
         self._seconds = dict.fromkeys(TIMING_KEYS, 0.0)
         self._weights = self.learner.policy_weights()
 
@@ -168,10 +170,11 @@ class LearnerWorker:
         """Trains on each payload in turn and returns the diags of the steps finished since the last call: all
         of them with wait=True; with wait=False all but the last payload's (left running on the device: the
         next call or `drain` returns them). stop_at: no step past this learner step (the run's end)."""
-        for payload in payloads:
+        for prepared in self._prepared(payloads):
             if stop_at is not None and self.learner.step >= stop_at:
                 break
-            self._queue(payload, None if stop_at is None else stop_at - self.learner.step)
+            if prepared is not None:
+                self._launch(prepared, None if stop_at is None else stop_at - self.learner.step)
         out = self._collect(keep_last=not wait)
         if self._checkpoint_due():
             out += self._collect(keep_last=False)
@@ -186,30 +189,63 @@ class LearnerWorker:
         """`train([payload])`: every step of one payload, finished."""
         return self.train([payload])
 
-    def _queue(self, payload, limit: int | None) -> None:
+    def _prepared(self, payloads: list):
+        """_prepare of each payload in turn; on a GPU learner the next one is prepared in a second thread while
+        this one's steps are queued (numpy's copies and reductions and torch's CPU ops release the GIL)."""
+        if not self.on_cuda or len(payloads) < 2:
+            for p in payloads:
+                yield self._prepare(p)
+            return
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="learner-stage")
+        pending = self._pool.submit(self._prepare, payloads[0])
+        try:
+            for nxt in payloads[1:]:
+                got = pending.result()
+                # its staging set is the one the payload before `got` used, whose copy `_launch` has queued
+                pending = self._pool.submit(self._prepare, nxt)
+                yield got
+            got, pending = pending.result(), None
+            yield got
+        finally:
+            if pending is not None:  # the caller stopped early: let the staging finish before anything reuses it
+                pending.result()
+
+    def _prepare(self, payload) -> tuple | None:
+        """(rollout on the host, meta, staging set) of a payload: decoded, copied into a staging set and
+        validated; None for a bad payload or one the learner refuses (counted)."""
         sec = self._seconds
         t0 = time.perf_counter()
         got = self.decoder.decode(payload)
         t1 = time.perf_counter()
         sec["decode_s"] += t1 - t0
         if got is None:
-            return
+            return None
         batch, meta = got
-        try:
+        staged, st = self._stage(batch)
+        try:  # finite_checked: decode checked the float columns
             host = rollout_from_batch(
-                self._stage(batch), obs_dim=self.learner.obs_dim, n_actions=self.learner.n_actions
+                staged, obs_dim=self.learner.obs_dim, n_actions=self.learner.n_actions, finite_checked=True
             )
         except ValueError as err:  # decoded, but not a rollout this learner can train on
             self._refuse(str(err))
-            return
-        t2 = time.perf_counter()
-        sec["stage_s"] += t2 - t1
-        events = None
-        if self.on_cuda:
-            events = tuple(torch.cuda.Event(enable_timing=True) for _ in range(3))
-            events[0].record()
+            return None
+        finally:
+            sec["stage_s"] += time.perf_counter() - t1
+        return host, meta, st
+
+    def _launch(self, prepared: tuple, limit: int | None) -> None:
+        """Queues a prepared payload's steps (no sync) and what its diags, timings and weights need."""
+        host, meta, st = prepared
+        t0 = time.perf_counter()
+        events = tuple(torch.cuda.Event(enable_timing=True) for _ in range(3)) if self.on_cuda else None
         try:
-            steps = self.learner.start_updates(host, limit=limit, after_copy=events[1].record if events else None)
+            steps = self.learner.start_updates(
+                host,
+                limit=limit,
+                before_copy=events[0].record if events else None,
+                after_copy=events[1].record if events else None,
+            )
         except ValueError as err:  # e.g. a rollout of B envs that minibatch_envs does not divide
             self._refuse(str(err))
             return
@@ -219,13 +255,14 @@ class LearnerWorker:
         if events:
             record.weights = self._policy_state_async()  # queued before events[2]: landed once that has
             events[2].record()
-            self._staging_in_use().copied = events[1]
+            st.copied = events[1]
             record.events = events
-        t3 = time.perf_counter()
-        if not events:
-            record.cpu_update_s = t3 - t2
-        sec["launch_s"] += t3 - t2 if self.on_cuda else 0.0
-        sec["payloads"] += 1
+        t1 = time.perf_counter()
+        if events:
+            self._seconds["launch_s"] += t1 - t0
+        else:
+            record.cpu_update_s = t1 - t0
+        self._seconds["payloads"] += 1
         self._queued.append(record)
 
     def _refuse(self, reason: str) -> None:
@@ -260,9 +297,9 @@ class LearnerWorker:
                 self._weights = r.weights  # its copy was queued before the steps just waited for: it has landed
         return out
 
-    def _stage(self, batch: dict) -> dict:
+    def _stage(self, batch: dict) -> tuple[dict, _Staging]:
         """The learner columns copied into this learner's staging buffers (pinned on a GPU learner, two sets
-        used in turn, a set reused only once the device has read it), plus policy_version."""
+        used in turn, a set reused only once the device has read it), plus policy_version; and the set."""
         shape = batch["obs"].shape
         sets = self._staging.get(shape)
         if sets is None:
@@ -281,10 +318,7 @@ class LearnerWorker:
             st.copied.synchronize()  # the device copy that read this set (a payload ago) is done
         for k, a in st.arrays.items():
             np.copyto(a, batch[k])
-        return {**st.columns, "policy_version": batch["policy_version"]}
-
-    def _staging_in_use(self) -> _Staging:
-        return next(iter(self._staging.values()))[self._turn]
+        return {**st.columns, "policy_version": batch["policy_version"]}, st
 
     # ------------------------------------------------------------------ weights
     def policy_weights(self) -> dict:

@@ -125,11 +125,17 @@ def system_run(args: argparse.Namespace, out: Path) -> dict:
         raise SystemExit(f"the run {argv} exited {code}")
     (run_dir,) = out.glob("*/0")
     recs = step_records(read_diag(run_dir / "diag.jsonl"))
-    timings = json.loads((run_dir / "timings.json").read_text())
     config = json.loads((run_dir / "config.json").read_text())
     a, b = recs[len(recs) // 2], recs[-1]
     dt = b["time"] - a["time"]
     lags = [r["policy_lag"] for r in recs[len(recs) // 2 :]]
+    print(
+        f"from diag.jsonl: {b['step']:.0f} updates; second half {(b['env_steps'] - a['env_steps']) / dt:,.0f} env "
+        f"steps/s, {(b['step'] - a['step']) / dt:.1f} updates/s, policy lag mean {statistics.mean(lags):.1f} max "
+        f"{max(lags):.0f}",
+        flush=True,
+    )
+    timings = json.loads((run_dir / "timings.json").read_text())
     steady = timings["learner_steady"]
     if len(steady) == 2:
         mid, end = steady
@@ -156,7 +162,8 @@ def system_run(args: argparse.Namespace, out: Path) -> dict:
         "started": t_start,
         "learner_total": {k: v / wall for k, v in learner.items() if k.endswith("_s")},
         "learner_steady": {k: v for k, v in learner_steady.items() if k.endswith("_s")},
-        "rollout": {k: v / wall / args.rollout_workers for k, v in roles["rollout"].items() if k.endswith("_s")},
+        "rollout": {k: v / wall / roles["rollout"]["workers"] for k, v in roles["rollout"].items() if k.endswith("_s")},
+        "rollout_workers_reported": roles["rollout"]["workers"],
         "monitor": {k: v / wall for k, v in roles.get("monitor", {}).items()},
         "driver": {k: v / wall for k, v in roles.get("driver", {}).items() if k.endswith("_s")},
     }
@@ -182,11 +189,11 @@ def print_report(r: dict) -> None:
     for key, what in LEARNER_ROWS:
         s = f"{steady[key]:.3f}" if key in steady else ""
         print(f"| learner | {what} | {s} | {total.get(key, 0):.3f} |")
-    ro = r["rollout"]
+    ro, who = r["rollout"], f"rollout (mean of {r['rollout_workers_reported']})"
     for key, what in ROLLOUT_ROWS:
-        print(f"| rollout (mean of workers) | {what} | | {ro.get(key, 0):.3f} |")
+        print(f"| {who} | {what} | | {ro.get(key, 0):.3f} |")
     rest = 1 - sum(ro.get(k, 0) for k, _ in ROLLOUT_ROWS)
-    print(f"| rollout (mean of workers) | the rest: waiting for the driver, Ray | | {rest:.3f} |")
+    print(f"| {who} | the rest: waiting for the driver, Ray | | {rest:.3f} |")
     for key, v in r["monitor"].items():
         print(f"| monitor | {key} (diag.jsonl, rules, gauges) | | {v:.3f} |")
     for key, v in r["driver"].items():

@@ -163,7 +163,10 @@ def run_serial(plan: Plan, monitor: Monitor, progress: Progress, hook: Hook | No
         write_timings(
             plan,
             time.monotonic() - start,
-            {"learner": learner.timings(), "rollout": _sum([w.timings() for w in workers])},
+            {
+                "learner": learner.timings(),
+                "rollout": {**_sum([w.timings() for w in workers]), "workers": len(workers)},
+            },
         )
         for w in workers:
             w.stop()
@@ -206,13 +209,16 @@ def run_ray(plan: Plan, monitor: MonitorHandle, progress: Progress, hook: Hook |
         return monitor.finish("stopped", "interrupted by the user (Ctrl-C)")
     finally:
         try:
+            # a worker answers once its sample in flight is done: those that do not within the timeout are left out
+            asked = [w.timings.remote() for w in workers]
+            answered, _ = ray.wait(asked, num_returns=len(asked), timeout=60)
             roles = {
-                "learner": ray.get(learner.timings.remote(), timeout=30),
-                "rollout": _sum(ray.get([w.timings.remote() for w in workers], timeout=30)),
-                "monitor": ray.get(monitor.actor.timings.remote(), timeout=30),
+                "learner": ray.get(learner.timings.remote(), timeout=60),
+                "rollout": {**_sum(ray.get(answered)), "workers": len(answered)},
+                "monitor": ray.get(monitor.actor.timings.remote(), timeout=60),
                 "driver": drive.seconds,
             }
-            write_timings(plan, drive.wall_s(), roles, ray.get(drive.snapshots, timeout=30))
+            write_timings(plan, drive.wall_s(), roles, ray.get(drive.snapshots, timeout=60))
         except Exception as err:  # actors lost with the run's failure: no timings, the run's own outcome stands
             print(f"no timings.json: {type(err).__name__}: {err}"[:300], file=sys.stderr)
         for handle in [*workers, learner]:

@@ -198,15 +198,20 @@ class Learner:
         return self.finish_updates(self.start_updates(host))
 
     def start_updates(
-        self, host: Rollout, *, limit: int | None = None, after_copy: Callable[[], None] | None = None
+        self,
+        host: Rollout,
+        *,
+        limit: int | None = None,
+        before_copy: Callable[[], None] | None = None,
+        after_copy: Callable[[], None] | None = None,
     ) -> list[_Pending]:
         """Queues the minibatch steps of a validated rollout (at most `limit` of them) without a host sync: the
         rollout goes to the device in one copy (asynchronous when its tensors are pinned), each minibatch is a
         view of it, and its n-step returns are computed there. `finish_updates` reads the diags.
 
         A minibatch's valid steps are indexed where the rollout arrived (the host): on the device each index
-        would be a sync. With minibatch_envs = 0 the rollout is one minibatch. `after_copy` is called once the
-        copies are queued, before the first step (the learner worker records a CUDA event there)."""
+        would be a sync. With minibatch_envs = 0 the rollout is one minibatch. `before_copy` and `after_copy` are
+        called around the queueing of the copies (the learner worker records CUDA events there)."""
         cfg = self.cfg
         b = host.rewards.shape[1]
         m = cfg.minibatch_envs or b
@@ -218,8 +223,15 @@ class Learner:
         n = b // m if limit is None else min(b // m, limit)
         if n < 1:
             return []
-        flat_t, flat_b = host.valid_idx // b, host.valid_idx % b
-        chunk_idx = [flat_t[flat_b // m == c] * m + flat_b[flat_b // m == c] % m for c in range(n)]
+        if n == 1 and m == b:
+            chunk_idx = [host.valid_idx]
+        else:  # minibatch c's valid steps, t-major within it: one nonzero over the mask seen as [c, t, env]
+            t_len = host.valid.shape[0]
+            by_chunk = host.valid.reshape(t_len, b // m, m)[:, :n].permute(1, 0, 2).reshape(n, t_len * m)
+            where = by_chunk.nonzero()
+            chunk_idx = list(where[:, 1].split(torch.bincount(where[:, 0], minlength=n).tolist()))
+        if before_copy is not None:
+            before_copy()
         # the columns alone: valid_idx stays where it was made (pageable memory; a copy from there may wait)
         cols = {k: getattr(host, k).to(self.device, non_blocking=True) for k in BATCH_DTYPES}
         if self.device.type != "cpu":

@@ -50,8 +50,11 @@ class Rollout:
         )
 
 
-def rollout_from_batch(batch: dict, *, obs_dim: int, n_actions: int) -> Rollout:
-    """Checks keys, dtypes, shapes and values of a rollout dict; one ValueError names every problem."""
+def rollout_from_batch(batch: dict, *, obs_dim: int, n_actions: int, finite_checked: bool = False) -> Rollout:
+    """Checks keys, dtypes, shapes and values of a rollout dict; one ValueError names every problem.
+
+    finite_checked: the float columns were already checked finite where they came from (actors.wire.decode
+    does, on the learner worker's receive path), so the pass over them is not made twice."""
     if not isinstance(batch, dict):
         raise ValueError(f"batch must be a dict of rollout columns, got {type(batch).__name__}")
     want = [*BATCH_DTYPES, "policy_version"]
@@ -79,9 +82,7 @@ def rollout_from_batch(batch: dict, *, obs_dim: int, n_actions: int) -> Rollout:
     if "obs" in cols:
         obs = cols["obs"]
         if obs.ndim != 3 or obs.shape[0] < 2 or obs.shape[2] != obs_dim:
-            errs.append(
-                f"batch['obs'].shape={tuple(obs.shape)} must be [T+1, B, obs_dim={obs_dim}] with T >= 1"
-            )
+            errs.append(f"batch['obs'].shape={tuple(obs.shape)} must be [T+1, B, obs_dim={obs_dim}] with T >= 1")
         else:
             tb = (obs.shape[0] - 1, obs.shape[1])
             for key in BATCH_DTYPES:
@@ -99,7 +100,7 @@ def rollout_from_batch(batch: dict, *, obs_dim: int, n_actions: int) -> Rollout:
             )
         if not cols["valid"].any():
             errs.append("batch['valid'] is False everywhere: the rollout holds no transition")
-        for key in ("obs", "rewards", "behaviour_logp"):
+        for key in () if finite_checked else ("obs", "rewards", "behaviour_logp"):
             if not torch.isfinite(cols[key]).all():
                 errs.append(f"batch[{key!r}] holds NaN or inf values")
     if errs:
@@ -229,13 +230,10 @@ class OnPolicyQueue:
 
     def state_dict(self) -> list[dict]:
         return [
-            {k: (v.cpu() if isinstance(v, torch.Tensor) else v) for k, v in r.to_dict().items()}
-            for r in self.items
+            {k: (v.cpu() if isinstance(v, torch.Tensor) else v) for k, v in r.to_dict().items()} for r in self.items
         ]
 
     def load_state_dict(self, state: list[dict], device: torch.device) -> None:
         self.items.clear()
         for d in state:
-            self.push(
-                Rollout(**{k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in d.items()})
-            )
+            self.push(Rollout(**{k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in d.items()}))

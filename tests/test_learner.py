@@ -334,3 +334,17 @@ def test_updates_without_minibatches_is_one_update_and_a_bad_split_is_named():
     assert _cfg(minibatch_envs=-1).errors() == [
         "learner.minibatch_envs=-1 must be an int >= 0 (0: the whole rollout is one step)"
     ]
+
+
+def test_finite_checked_skips_only_the_finite_pass():
+    """The learner worker's receive path checks floats once (actors.wire.decode); every other check still runs."""
+    from learner.replay import rollout_from_batch
+
+    batch = _rollout(np.random.default_rng(23))
+    batch["obs"][1, 0, 0] = np.nan
+    with pytest.raises(ValueError, match=r"batch\['obs'\] holds NaN or inf"):
+        rollout_from_batch(batch, obs_dim=OBS, n_actions=N)
+    assert rollout_from_batch(batch, obs_dim=OBS, n_actions=N, finite_checked=True).obs.shape == (7, 4, OBS)
+    batch["actions"][0, 0] = N
+    with pytest.raises(ValueError, match=r"actions.*must lie in \[0, 7\)"):
+        rollout_from_batch(batch, obs_dim=OBS, n_actions=N, finite_checked=True)
