@@ -298,7 +298,7 @@ def main() -> None:
             envs_per_worker=4096,
             minibatch_envs=256,
             broadcast_every=16,
-            max_payloads_waiting=4,
+            max_payloads_waiting=max(1, cpus - 4),
         )
     for k, v in defaults.items():
         if getattr(args, k) is None:

@@ -211,7 +211,7 @@ def run_ray(plan: Plan, monitor: MonitorHandle, progress: Progress, hook: Hook |
         try:
             # a worker answers once its sample in flight is done: those that do not within the timeout are left out
             asked = [w.timings.remote() for w in workers]
-            answered, _ = ray.wait(asked, num_returns=len(asked), timeout=60)
+            answered, _ = ray.wait(asked, num_returns=len(asked), timeout=20)
             roles = {
                 "learner": ray.get(learner.timings.remote(), timeout=60),
                 "rollout": {**_sum(ray.get(answered)), "workers": len(answered)},

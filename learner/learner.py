@@ -39,6 +39,8 @@ from learner.replay import (
     OnPolicyQueue,
     ReplayBuffer,
     Rollout,
+    gather_transitions,
+    nstep_returns,
     nstep_transitions,
     rollout_from_batch,
 )
@@ -224,29 +226,35 @@ class Learner:
         if n < 1:
             return []
         if n == 1 and m == b:
-            chunk_idx = [host.valid_idx]
+            local = flat = [host.valid_idx]
         else:  # minibatch c's valid steps, t-major within it: one nonzero over the mask seen as [c, t, env]
             t_len = host.valid.shape[0]
             by_chunk = host.valid.reshape(t_len, b // m, m)[:, :n].permute(1, 0, 2).reshape(n, t_len * m)
             where = by_chunk.nonzero()
-            chunk_idx = list(where[:, 1].split(torch.bincount(where[:, 0], minlength=n).tolist()))
+            counts = torch.bincount(where[:, 0], minlength=n).tolist()
+            local = list(where[:, 1].split(counts))  # t * m + j within minibatch c
+            flat = list(((where[:, 1] // m) * b + where[:, 0] * m + where[:, 1] % m).split(counts))  # t * B + c*m + j
         if before_copy is not None:
             before_copy()
         # the columns alone: valid_idx stays where it was made (pageable memory; a copy from there may wait)
         cols = {k: getattr(host, k).to(self.device, non_blocking=True) for k in BATCH_DTYPES}
         if self.device.type != "cpu":
-            counts = [int(i.numel()) for i in chunk_idx]
-            chunk_idx = list(torch.cat(chunk_idx).pin_memory().to(self.device, non_blocking=True).split(counts))
+            sizes = [int(i.numel()) for i in local]
+            both = torch.cat([*local, *flat]).pin_memory().to(self.device, non_blocking=True).split(sizes * 2)
+            local, flat = list(both[:n]), list(both[n:])
         if after_copy is not None:
             after_copy()
+        # n-step returns of the whole rollout at once (elementwise per env: each minibatch gets its own columns)
+        whole = Rollout(**cols, valid_idx=local[0], policy_version=host.policy_version)
+        returns = nstep_returns(whole, cfg.gamma, cfg.n_step, cfg.reward_scale)
         pendings = []
         for c in range(n):
             part = Rollout(
                 **{k: v[:, c * m : (c + 1) * m] for k, v in cols.items()},
-                valid_idx=chunk_idx[c],
+                valid_idx=local[c],
                 policy_version=host.policy_version,
             )
-            pendings.append(self._step(part, nstep_transitions(part, cfg.gamma, cfg.n_step, cfg.reward_scale)))
+            pendings.append(self._step(part, gather_transitions(whole, returns, flat[c])))
         return pendings
 
     def finish_updates(self, pendings: list[_Pending]) -> list[dict[str, float]]:

@@ -118,6 +118,13 @@ def nstep_transitions(r: Rollout, gamma: float, n: int, reward_scale: float) -> 
     (a shorter, still unbiased horizon); discount = gamma^m * (1 - terminated_{t+m-1}), so truncation
     bootstraps from the true next observation and termination does not.
     """
+    return gather_transitions(r, nstep_returns(r, gamma, n, reward_scale), r.valid_idx)
+
+
+def nstep_returns(r: Rollout, gamma: float, n: int, reward_scale: float) -> tuple[torch.Tensor, ...]:
+    """(ret, discount, next_row), each [T, B], of every step of r (nstep_transitions' arithmetic, elementwise per
+    env: a minibatch of envs gets exactly its columns). next_row is the flat row t' * B + b of obs[T+1, B] that
+    step (t, b) bootstraps from."""
     t_len, b = r.rewards.shape
     dev = r.rewards.device
     t_idx = torch.arange(t_len, device=dev)[:, None].expand(t_len, b)
@@ -137,15 +144,20 @@ def nstep_transitions(r: Rollout, gamma: float, n: int, reward_scale: float) -> 
     last = t_idx + steps - 1
     term_last = r.terminated.gather(0, last.clamp(min=0))
     discount = torch.where(term_last, 0.0, torch.pow(torch.full_like(ret, gamma), steps.to(ret.dtype)))
-    v = r.valid_idx
-    obs = r.obs.reshape((t_len + 1) * b, -1)
-    next_row = ((t_idx + steps) * b + torch.arange(b, device=dev)).reshape(-1)[v]
+    next_row = (t_idx + steps) * b + torch.arange(b, device=dev)
+    return ret, discount, next_row
+
+
+def gather_transitions(r: Rollout, returns: tuple[torch.Tensor, ...], flat_idx: torch.Tensor) -> dict:
+    """The n-step transitions (nstep_returns of r) of the steps at flat indices t * B + b of r, in that order."""
+    ret, discount, next_row = returns
+    obs = r.obs.reshape(-1, r.obs.shape[-1])
     return {
-        "obs": obs[v],
-        "action": r.actions.reshape(-1)[v],
-        "ret": ret.reshape(-1)[v],
-        "discount": discount.reshape(-1)[v],
-        "next_obs": obs[next_row],
+        "obs": obs[flat_idx],
+        "action": r.actions.reshape(-1)[flat_idx],
+        "ret": ret.reshape(-1)[flat_idx],
+        "discount": discount.reshape(-1)[flat_idx],
+        "next_obs": obs[next_row.reshape(-1)[flat_idx]],
     }
 
 
