@@ -53,6 +53,7 @@ TIMING_KEYS: tuple[str, ...] = (
     "launch_s",
     "sync_s",
     "h2d_gpu_s",
+    "payload_gpu_s",
     "update_gpu_s",
     "weights_s",
     "checkpoint_s",
@@ -60,9 +61,11 @@ TIMING_KEYS: tuple[str, ...] = (
     "updates",
 )
 """LearnerWorker.timings(): decode_s (wire checks), stage_s (copy to the staging buffers and validation), launch_s
-(queueing the steps: host time), sync_s (waiting for the device to read diags), h2d_gpu_s and update_gpu_s (device
-time of the rollout's copy and of the steps, CUDA events; on a CPU learner update_gpu_s is the steps' host time),
-weights_s (policy weight copies), checkpoint_s, and the payloads and updates done."""
+(queueing the steps: host time), sync_s (waiting for the device to read diags), weights_s (policy weight copies),
+checkpoint_s, and, by CUDA events on a GPU learner: h2d_gpu_s (the rollout's copy to the device), payload_gpu_s
+(from a payload's first step to its last on the learner's stream: the steps' work and any wait for the host's
+launches in between) and update_gpu_s (the captured updates' replays alone: the learner's GPU work; on a CPU
+learner, the steps' time); and the payloads and updates done."""
 
 
 def checkpoint_path(run_dir: str | Path, step: int) -> Path:
@@ -145,6 +148,8 @@ class LearnerWorker:
             device = "cuda" if torch.cuda.is_available() else "cpu"
         self.learner = Learner(cfg, obs_dim=int(obs_dim), n_actions=int(n_actions), device=device, seed=seed)
         self.on_cuda = self.learner.device.type == "cuda"
+        if self.learner.graph is not None:
+            self.learner.graph.timed = True
         self.decoder = PayloadDecoder(limits=limits)
         self.stats = EpisodeStats(has_pnl=has_pnl)
         self.run_dir = Path(run_dir)
@@ -290,7 +295,10 @@ class LearnerWorker:
             sec["updates"] += len(r.steps)
             if r.events:
                 sec["h2d_gpu_s"] += r.events[0].elapsed_time(r.events[1]) / 1e3
-                sec["update_gpu_s"] += r.events[1].elapsed_time(r.events[2]) / 1e3
+                sec["payload_gpu_s"] += r.events[1].elapsed_time(r.events[2]) / 1e3
+                sec["update_gpu_s"] += (
+                    sum(p.graph_events[0].elapsed_time(p.graph_events[1]) for p in r.steps if p.graph_events) / 1e3
+                )
             else:
                 sec["update_gpu_s"] += r.cpu_update_s
             if r.weights is not None:

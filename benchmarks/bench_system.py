@@ -14,8 +14,10 @@ the learner actor and the monitor actor) for `--seconds` of training, then read 
   checkpoints), the rollout actors (stepping the books, the policy, encoding, loading weights, and the rest:
   waiting for the driver), the monitor and the driver;
 - learner_busy: the fraction of the steady-state wall time (half time to the loop's end, on the learner's clock)
-  that the learner's device work covers: the steps' CUDA-event time over wall (on a CPU learner, the steps' own
-  time). Near 1, the GPU sets the pace; far below, the host or the rollouts do.
+  that the learner's GPU work covers: the CUDA-event time of the captured updates' replays (forward, backward,
+  optimiser: no host launch gap can fall inside one) over wall; on a CPU learner, the steps' own time. Near 1,
+  the GPU sets the pace; far below, the host or the rollouts do. (The stream's occupancy from a payload's first
+  step to its last is reported beside it: it also counts the GPU waiting for the host's launches.)
 - the GPU's utilization (nvidia-smi, every 0.5 s, second half) when there is one.
 The last line is `env_steps_per_s=<x> updates_per_s=<y> learner_busy=<f>`. Figures: BENCHMARKS.md, "The
 system on one GPU host".
@@ -61,7 +63,8 @@ LEARNER_ROWS = (
     ("weights_s", "policy weight copies"),
     ("checkpoint_s", "checkpoints"),
     ("h2d_gpu_s", "device: host-to-device copy (events)"),
-    ("update_gpu_s", "device: the steps (events) = learner_busy"),
+    ("payload_gpu_s", "device: stream from a payload's first step to its last (events; host gaps included)"),
+    ("update_gpu_s", "device: the captured updates' replays (events) = learner_busy"),
 )
 ROLLOUT_ROWS = (
     ("env_s", "step the books"),

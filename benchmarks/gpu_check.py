@@ -5,6 +5,7 @@
     python benchmarks/gpu_check.py sanitize               # each op fwd+bwd once at B=128 (under compute-sanitizer)
     python benchmarks/gpu_check.py ops     --json F       # per-op time: kernels vs eager vs compiled reference
     python benchmarks/gpu_check.py graphcheck --json F    # CUDA-graph Learner vs the eager CUDA Learner, same seed
+    python benchmarks/gpu_check.py minibatch --T 16 --B 512  # Learner.updates in minibatches vs update() on each
     python benchmarks/gpu_check.py learner --json F       # full Learner.update: graph / cuda / eager / compile modes
 
 benchmarks/gpu_check.sh runs them all in one call and copies the logs and JSON to $OUT. `--device cpu`
@@ -506,6 +507,39 @@ def run_graphcheck(device: str, json_path: str | None, T: int, B: int, n_updates
     return ok_all
 
 
+def run_minibatch_check(device: str, T: int, B: int, m: int = 128, payloads: int = 4) -> bool:
+    """Learner.updates with learner.minibatch_envs = m (the learner worker's path: one copy, the n-step returns of
+    the whole rollout, one captured update per minibatch, one sync) against update() on each minibatch in turn,
+    same seed: every diag and every parameter equal (up to float32 rounding)."""
+    import dataclasses
+
+    import numpy as np
+
+    from foxhunt_ray.presets import preset
+    from learner.learner import Learner
+
+    cfg = dataclasses.replace(preset("phase4_3"), minibatch_envs=m, replay_min_size=1024)
+    split, one_by_one = (Learner(cfg, obs_dim=32, n_actions=7, device=device, seed=0) for _ in range(2))
+    worst = 0.0
+    for i in range(payloads):
+        batch = learner_batch(T, B, 32, 7, seed=i, autoreset=True)
+        batch = {k: (v.numpy() if torch.is_tensor(v) else v) for k, v in batch.items()}
+        got = split.updates(batch)
+        want = [
+            one_by_one.update({k: (v[:, c : c + m] if isinstance(v, np.ndarray) else v) for k, v in batch.items()})
+            for c in range(0, B, m)
+        ]
+        for x, y in zip(got, want, strict=True):
+            worst = max([worst, *(abs(x[k] - y[k]) / max(1e-6, abs(y[k])) for k in y)])
+    rel = ((split.main.flat - one_by_one.main.flat).norm() / one_by_one.main.flat.norm()).item()
+    ok = rel < 1e-4 and worst < 1e-3 and split.step == one_by_one.step == payloads * B // m
+    print(
+        f"minibatch check: {B // m} steps a payload, {split.step} steps; parameters rel diff {rel:.2e}, worst diag "
+        f"rel diff {worst:.2e}: {'PASSED' if ok else 'FAILED'}"
+    )
+    return ok
+
+
 def run_learner(device: str, json_path: str | None, preset_name: str, T: int, B: int, reps: int) -> None:
     import dataclasses
 
@@ -726,7 +760,9 @@ def count_floor(learner, batch, ceilings) -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("stage", choices=["build", "checks", "sanitize", "ops", "graphcheck", "learner"])
+    parser.add_argument(
+        "stage", choices=["build", "checks", "sanitize", "ops", "graphcheck", "minibatch", "learner"]
+    )
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--json")
     parser.add_argument("--preset", default="phase4_3")
@@ -750,6 +786,8 @@ def main() -> int:
         run_ops(args.device, args.json)
     elif args.stage == "graphcheck":
         return 0 if run_graphcheck(args.device, args.json, args.T, args.B) else 1
+    elif args.stage == "minibatch":
+        return 0 if run_minibatch_check(args.device, args.T, args.B) else 1
     elif args.stage == "learner":
         run_learner(args.device, args.json, args.preset, args.T, args.B, args.reps)
     return 0

@@ -52,6 +52,8 @@ if [ "$STAGE" = all ] || [ "$STAGE" = learner ] || [ "$STAGE" = graph ]; then
   # The CUDA-graph Learner against the eager CUDA Learner (same seed, same samples), then the timing table.
   stage graphcheck $PY benchmarks/gpu_check.py graphcheck --json "$OUT/graphcheck.json" --T 8 --B 128
   tail -25 "$OUT/.last"
+  stage minibatch $PY benchmarks/gpu_check.py minibatch --T 16 --B 512
+  tail -2 "$OUT/.last"
   stage learner $PY benchmarks/gpu_check.py learner --json "$OUT/learner.json" --preset phase4_3 --T 8 --B 128
   tail -14 "$OUT/.last"
 fi

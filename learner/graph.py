@@ -129,6 +129,10 @@ class GraphUpdate:
         self.lrn, self.capture = lrn, capture
         self.shapes: dict[tuple[int, int], _Static] = {}
         self.captures = 0
+        self.timed = False
+        """Record a pair of CUDA events around each replay (`last_events`): the update's own device time,
+        without the host's launch gaps around it (the learner worker's learner_busy)."""
+        self.last_events: tuple | None = None
         self._stream: torch.cuda.Stream | None = None  # warm-up and capture share it (lazy cuBLAS state)
 
     def reset(self) -> None:
@@ -156,6 +160,12 @@ class GraphUpdate:
                 st.keys, values = self._body(st)
             elif st.graph is None:
                 values = self._warm_up_and_capture(st)
+            elif self.timed:
+                self.last_events = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                self.last_events[0].record()
+                st.graph.replay()
+                self.last_events[1].record()
+                values = st.values
             else:
                 st.graph.replay()
                 values = st.values

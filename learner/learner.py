@@ -122,6 +122,8 @@ class _Pending:
     transitions: int
     replay_size: int
     q_trained: bool
+    graph_events: tuple | None = None
+    """CUDA events around this step's graph replay (GraphUpdate.timed), for its device time."""
 
 
 class Learner:
@@ -291,8 +293,10 @@ class Learner:
         if cfg.iqn_baseline == "blend":
             self.baseline_alpha.fill_(L.blend_alpha(self.step, cfg.alpha_start_step, cfg.alpha_end_step))
         if self.graph is not None and q_trained:
+            self.graph.last_events = None
             keys, stacked = self.graph.run(ro, inject_nan=cfg.inject_nan_at == self.step)
-            return _Pending(keys=keys, values=stacked.clone(), **meta)  # the graph's output is overwritten next step
+            # the graph's output buffer is overwritten by its next replay: a copy of this step's values
+            return _Pending(keys=keys, values=stacked.clone(), graph_events=self.graph.last_events, **meta)
         out: dict[str, torch.Tensor] = {}
 
         l_pi, ent, l_distill, l_v = self._policy_losses(ro.to_dict(), out)

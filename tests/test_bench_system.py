@@ -1,0 +1,36 @@
+"""benchmarks/bench_system.py --quick: the whole Ray system on the CPU for a few seconds, its per-role table and its
+last line (what CI and the build box run; `--gpu` is the same code at the GPU settings)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+LAST = re.compile(r"^env_steps_per_s=(\d+) updates_per_s=([\d.]+) learner_busy=([\d.]+)$")
+
+
+@pytest.mark.slow
+def test_quick_mode_reports_every_role_and_the_last_line(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "benchmarks/bench_system.py", "--quick", "--seconds", "6", "--json", str(tmp_path / "r.json")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    lines = out.stdout.strip().splitlines()
+    m = LAST.match(lines[-1])
+    assert m, lines[-1]
+    steps_per_s, updates_per_s, busy = float(m[1]), float(m[2]), float(m[3])
+    assert steps_per_s > 0 and updates_per_s > 0 and 0 < busy <= 1
+    assert steps_per_s == pytest.approx(updates_per_s * 64, rel=0.01)  # smoke: 4 books x 16 steps an update
+    table = "\n".join(lines)
+    for row in ("| learner | idle between calls", "| learner | device: the captured", "| rollout (mean of 2) |"):
+        assert row in table
+    assert "| monitor |" in table and "| driver | wait_s |" in table
