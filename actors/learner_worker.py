@@ -30,7 +30,7 @@ import os
 import re
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -105,8 +105,9 @@ class _Staging:
     """A pinned host buffer per learner column for one rollout shape, and the event after its last device copy."""
 
     columns: dict[str, torch.Tensor]
-    copied: object = None
-    arrays: dict[str, np.ndarray] = field(default_factory=dict)
+    arrays: dict[str, np.ndarray]
+    """numpy views of `columns`, what the payload's arrays are copied into."""
+    copied: torch.cuda.Event | None = None
 
 
 class LearnerWorker:
@@ -138,10 +139,9 @@ class LearnerWorker:
         m = checkpoint_every
         if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m < 1):
             errs.append(f"checkpoint_every={m!r} must be None or an int >= 1")
-        if isinstance(checkpoint_interval_s, bool) or not isinstance(checkpoint_interval_s, int | float):
-            errs.append(f"checkpoint_interval_s={checkpoint_interval_s!r} must be a number of seconds >= 0")
-        elif not 0 <= checkpoint_interval_s < float("inf"):
-            errs.append(f"checkpoint_interval_s={checkpoint_interval_s!r} must be a number of seconds >= 0")
+        s = checkpoint_interval_s
+        if isinstance(s, bool) or not isinstance(s, int | float) or not 0 <= s < float("inf"):
+            errs.append(f"checkpoint_interval_s={s!r} must be a number of seconds >= 0")
         if errs:
             raise ValueError("cannot build LearnerWorker:\n  " + "\n  ".join(errs))
         if device is None:

@@ -209,8 +209,9 @@ def run_ray(plan: Plan, monitor: MonitorHandle, progress: Progress, hook: Hook |
         return monitor.finish("stopped", "interrupted by the user (Ctrl-C)")
     finally:
         try:
-            # a worker answers once its sample in flight is done: those that do not within the timeout are left out
-            asked = [w.timings.remote() for w in workers]
+            # a worker answers once its sample in flight is done (asked at the loop's end, while the learner drains
+            # and checkpoints): those that do not within the timeout are left out
+            asked = drive.worker_timings or [w.timings.remote() for w in workers]
             answered, _ = ray.wait(asked, num_returns=len(asked), timeout=20)
             roles = {
                 "learner": ray.get(learner.timings.remote(), timeout=60),
@@ -240,6 +241,7 @@ class _Drive:
         self.workers: list = []
         self.seconds = {"wait_s": 0.0, "dispatch_s": 0.0, "answers": 0.0}
         self.snapshots: list = []  # refs of the learner's timings at half the time limit and at the loop's end
+        self.worker_timings: list = []  # refs of the rollout workers' timings, asked at the loop's end
         self.start = time.monotonic()
         self.end: float | None = None
 
@@ -323,6 +325,7 @@ class _Drive:
             self.seconds["dispatch_s"] += time.monotonic() - t1
         if len(self.snapshots) == 1:
             self.snapshots.append(learner.timings.remote())
+        self.worker_timings = [w.timings.remote() for w in workers]
         if code is None:  # the steps the learner still runs: their lines, and perhaps a kill among them
             answer = ray.get(monitor.record_update(learner.drain_answer.remote()))
             if answer.get("n"):
