@@ -57,7 +57,8 @@ class DriverConfig:
     broadcast_every: int = 4
     """K: the learner's policy weights go to the rollout workers every K updates."""
     checkpoint_every: int = 100
-    """M: the learner worker checkpoints every M updates (and at the end, on a kill and on Ctrl-C)..."""
+    """M: the learner worker checkpoints every M updates (at the end of the learner call whose steps pass a
+    multiple of M; and at the end, on a kill and on Ctrl-C)..."""
     checkpoint_interval_s: float = 60.0
     """...but no sooner than this many seconds after its previous checkpoint (0: every M updates). A checkpoint
     holds the replay (tens of MB) and waits for the GPU: a GPU learner makes hundreds of updates a second."""

@@ -210,7 +210,9 @@ def test_ray_smoke_run(tmp_path, ray_local, monkeypatch):
     steps = assert_steps(run_dir, 200)
     assert {r["worker_index"] for r in steps} == {0, 1}
     assert summary(run_dir)["status"] == "done"
-    assert [s for s, _ in list_checkpoints(run_dir)] == [100, 200]
+    # the periodic one at the first learner call that passes step 100 (a call trains on up to 2 payloads here)
+    first, last = [s for s, _ in list_checkpoints(run_dir)]
+    assert first in (100, 101) and last == 200
 
 
 def test_ray_rollout_actor_killed_mid_run_is_restarted(tmp_path, ray_local):
