@@ -152,6 +152,20 @@ def test_config_errors():
     ]
     with pytest.raises(ValueError, match=r"worker_index=-1 must be an int >= 0"):
         RolloutWorker(RolloutConfig(), MARKET, worker_index=-1, seed=0)
+    assert RolloutConfig(policy_device="gpu").errors() == [
+        "rollout.policy_device='gpu' must be one of ['auto', 'cpu', 'cuda']"
+    ]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without a GPU")
+def test_policy_device_cuda_without_a_gpu_is_refused_and_auto_acts_on_the_cpu(learner):
+    with pytest.raises(ValueError, match=r"policy_device='cuda' but this process sees no GPU"):
+        RolloutWorker(RolloutConfig(policy_device="cuda"), MARKET, worker_index=0, seed=0)
+    w = RolloutWorker(RolloutConfig(num_envs=2), MARKET, worker_index=0, seed=0, weights=learner.policy_weights())
+    assert w.device.type == "cpu" and w.policy.pi.weight.device.type == "cpu"
+    w.sample(3)
+    t = w.timings()
+    assert t["samples"] == 1 and t["env_s"] > 0 and t["act_s"] > 0 and t["encode_s"] > 0
 
 
 def episode_meta(returns: list[float], env_steps: int = 8) -> dict:
