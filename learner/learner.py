@@ -247,7 +247,7 @@ class Learner:
         if after_copy is not None:
             after_copy()
         # n-step returns of the whole rollout at once (elementwise per env: each minibatch gets its own columns)
-        whole = Rollout(**cols, valid_idx=local[0], policy_version=host.policy_version)
+        whole = Rollout(**cols, valid_idx=local[0], policy_version=host.policy_version)  # valid_idx: not read here
         returns = nstep_returns(whole, cfg.gamma, cfg.n_step, cfg.reward_scale)
         pendings = []
         for c in range(n):
