@@ -351,8 +351,10 @@ def main(
     prog: str = "foxhunt_ray",
     ray_init: Callable[[], None] | None = None,
     hook: Hook | None = None,
+    after: Callable[[Plan, int], int] | None = None,
 ) -> int:
-    """Parse, resolve, run; returns the exit code (0 done or stopped, 3 killed, 1 error)."""
+    """Parse, resolve, run; returns the exit code (0 done or stopped, 3 killed, 1 error). `after(plan, code)` runs
+    once the run has ended (foxhunt_ray.local evaluates the run there) and returns the exit code."""
     args = parse_args(argv, prog)
     try:
         plan = resolve(args)
@@ -391,6 +393,7 @@ def main(
         else:
             code = run_ray(plan, monitor, progress, hook)
     except Exception as err:
+        progress.end_line()
         traceback.print_exc()
         code = monitor.finish("error", f"{type(err).__name__}: {err}")
     finally:
@@ -399,5 +402,7 @@ def main(
             signal.signal(signal.SIGTERM, previous)
     if monitor.last is not None:
         progress.show(monitor.last, force=True)
+    progress.end_line()
     print(f"run folder {plan.run_dir}  exit {code}", flush=True)
-    return code if code is not None else EXIT_OK
+    code = code if code is not None else EXIT_OK
+    return after(plan, code) if after is not None else code

@@ -440,14 +440,19 @@ def main(argv: list[str] | None = None) -> int:
     except EvaluationError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
-    print(
-        f"{result['run_dir']}: checkpoint {Path(result['checkpoint']).name} (step {result['checkpoint_step']}), "
-        f"greedy on {result['policy_head']}\nmarket {result['market']}, fold {result['fold']}, "
-        f"{result['episodes']} episodes x {result['horizon']} steps, books seeded {result['eval_seed']} + i"
-    )
-    print(format_table(result))
+    print(describe(result))
     print(f"wrote {args.out or Path(args.run_dir) / EVALUATION_FILE}", flush=True)
     return 0
+
+
+def describe(result: dict[str, Any]) -> str:
+    """What the command prints of an evaluation: the run, checkpoint and episodes, then the table."""
+    return (
+        f"{result['run_dir']}: checkpoint {Path(result['checkpoint']).name} (step {result['checkpoint_step']}), "
+        f"greedy on {result['policy_head']}\nmarket {result['market']}, fold {result['fold']}, "
+        f"{result['episodes']} episodes x {result['horizon']} steps, books seeded {result['eval_seed']} + i\n"
+        + format_table(result)
+    )
 
 
 if __name__ == "__main__":

@@ -2,7 +2,10 @@
 
 The defaults (preset plan_a_v2 on the synthetic market, 200 updates, 2 rollout workers) finish in about 3 minutes
 on a 2-core laptop CPU and use a GPU for the learner when there is one. Flags: foxhunt_ray.driver
-(`--help`); docs/running.md walks through a run, its folder, resume and the exit codes.
+(`--help`); docs/running.md walks through a run, its folder, resume and the exit codes. After a run that ended
+done or killed, its newest checkpoint plays the fold's held-out episodes beside the baselines
+(foxhunt_ray.evaluate, `--eval-episodes N`, default 64; `--no-eval` skips it) and the last line is
+`heldout_pnl_usd=<x> oracle_pnl_usd=<y> fraction_of_oracle=<z>`.
 
 `python -m foxhunt_ray.local --demo [--episodes N] [--seed S] [--set K=V]` prints the market's yardsticks
 instead: the reference policies (flat, random, order-book imbalance, the oracle that reads the latent regime)
@@ -12,6 +15,7 @@ scored on the very same seeded episodes, which a trained agent is measured again
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 import time
 
@@ -29,7 +33,57 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if "--demo" in argv:
         return demo([a for a in argv if a != "--demo"])
-    return driver.main(argv, prog="python -m foxhunt_ray.local", ray_init=_ray_init)
+    own = argparse.ArgumentParser(add_help=False)
+    own.add_argument("--no-eval", action="store_true")
+    own.add_argument("--eval-episodes", type=int, default=64)
+    mine, rest = own.parse_known_args(argv)
+    if mine.eval_episodes < 1:
+        print(f"error: --eval-episodes={mine.eval_episodes} must be >= 1", file=sys.stderr)
+        return 1
+    after = None if mine.no_eval else functools.partial(evaluate_and_suggest, episodes=mine.eval_episodes)
+    return driver.main(rest, prog="python -m foxhunt_ray.local", ray_init=_ray_init, after=after)
+
+
+NEXT_COMMANDS = """next:
+  plots and a table of the run:  python -m foxhunt_ray.report {run}
+  a longer held-out evaluation:  python -m foxhunt_ray.evaluate {run} --episodes 256
+  train this run further:        python -m foxhunt_ray.local --resume {run} --steps {more}
+  a longer run of your own:      python -m foxhunt_ray.local --preset phase4_3 --steps 1000000 --time-limit-s 1800
+  the same job on a cluster:     README.md, "On a Ray cluster" (ray job submit)"""
+
+
+def evaluate_and_suggest(plan: driver.Plan, code: int, *, episodes: int) -> int:
+    """After a run that ended done or killed: its newest checkpoint on the fold's held-out episodes beside flat,
+    random, imbalance and the oracle (foxhunt_ray.evaluate; the table, evaluation.json), the next commands, and a
+    last line `heldout_pnl_usd=... oracle_pnl_usd=... fraction_of_oracle=...`. Returns the run's exit code."""
+    from actors.kill_rules import EXIT_KILLED, EXIT_OK
+    from actors.rollout import is_market
+    from foxhunt_ray.evaluate import EvaluationError, describe, evaluate_run
+
+    run = plan.run_dir
+    if code not in (EXIT_OK, EXIT_KILLED):
+        return code
+    suggestions = NEXT_COMMANDS.format(run=run, more=plan.driver.steps * 2)
+    if not is_market(plan.config.env_id):
+        print(f"(no held-out evaluation: foxhunt_ray.evaluate plays the market, this run trained {plan.config.env_id})")
+        print(suggestions)
+        return code
+    print(f"held-out evaluation of the newest checkpoint ({episodes} episodes a policy) ...", flush=True)
+    try:
+        result = evaluate_run(run, episodes=episodes)
+    except EvaluationError as err:
+        print(f"no held-out evaluation: {err}", file=sys.stderr)
+        return code
+    print(describe(result))
+    print(suggestions)
+    agent, oracle = result["policies"]["agent"]["pnl_usd_mean"], result["policies"]["oracle"]["pnl_usd_mean"]
+    fraction = result["oracle_fraction"]
+    print(
+        f"heldout_pnl_usd={agent:.0f} oracle_pnl_usd={oracle:.0f} "
+        f"fraction_of_oracle={'nan' if fraction is None else format(fraction, '.3f')}",
+        flush=True,
+    )
+    return code
 
 
 def demo(argv: list[str]) -> int:

@@ -13,7 +13,6 @@ rollout actor to the learner actor by reference, never through the driver.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import sys
@@ -35,14 +34,22 @@ RESUME_SEED_STRIDE = 1_000_003  # a resumed run's rollout workers get fresh book
 
 
 class Progress:
-    """The progress line: updates, env steps/s, qpa_ema, pnl (the market) or the mean episode return (any other
-    env); at most one line every `every_s` seconds."""
+    """The progress bar: done fraction, updates, env steps/s, qpa_ema, pnl (the market) or the mean episode
+    return (any other env), and the time left. On a terminal it redraws one line in place (every `tty_every_s`);
+    elsewhere (a log, a pipe, `ray job logs`) it prints a line every `every_s` seconds."""
 
-    def __init__(self, plan: Plan, every_s: float = 2.0):
-        self.total, self.quiet, self.every_s = plan.driver.steps, plan.quiet, every_s
+    WIDTH = 20
+
+    def __init__(self, plan: Plan, every_s: float = 2.0, tty_every_s: float = 0.5, stream=None):
+        self.stream = stream or sys.stdout
+        self.tty = self.stream.isatty()
+        self.total, self.quiet = plan.driver.steps, plan.quiet
+        self.every_s = tty_every_s if self.tty else every_s
+        self.first_step, self.time_limit_s = plan.resume_step, plan.driver.time_limit_s
         self.start = self.last_print = time.monotonic()
         self.env0: int | None = None
         self.shown_step = -1
+        self.open_line = False
 
     def show(self, rec: dict, force: bool = False) -> None:
         now = time.monotonic()
@@ -59,11 +66,42 @@ class Progress:
             outcome = f"pnl ${rec[PNL_CUM_USD]:,.0f}"
         else:
             outcome = f"return {rec.get(EPISODE_RETURN_MEAN, float('nan')):.1f} (last 100 episodes)"
-        print(
-            f"[{elapsed:7.1f}s] update {rec['step']}/{self.total}  env steps {env:,} "
-            f"({(env - self.env0) / elapsed:,.0f}/s)  qpa_ema {rec.get('qpa_ema', float('nan')):+.3f}  {outcome}",
-            flush=True,
+        step = int(rec["step"])
+        done = self._done_fraction(step, elapsed)
+        bar = "#" * round(done * self.WIDTH)
+        line = (
+            f"[{elapsed:7.1f}s] [{bar:<{self.WIDTH}}] {100 * done:3.0f}% update {step}/{self.total}  env steps "
+            f"{env:,} ({(env - self.env0) / elapsed:,.0f}/s)  qpa_ema {rec.get('qpa_ema', float('nan')):+.3f}  "
+            f"{outcome}  ETA {self._eta(done, elapsed)}"
         )
+        if self.tty:
+            self.stream.write("\r" + line + "\x1b[K")  # redraw in place, clear what a longer line left
+            self.open_line = True
+            if force:
+                self.end_line()
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+    def end_line(self) -> None:
+        """Ends the line a terminal redraws (before any other output)."""
+        if self.open_line:
+            self.stream.write("\n")
+            self.stream.flush()
+            self.open_line = False
+
+    def _done_fraction(self, step: int, elapsed: float) -> float:
+        """The larger of the updates done and the time used, as a share of the run (its steps or time limit)."""
+        by_steps = (step - self.first_step) / max(self.total - self.first_step, 1)
+        by_time = elapsed / self.time_limit_s if self.time_limit_s else 0.0
+        return min(1.0, max(by_steps, by_time))
+
+    @staticmethod
+    def _eta(done: float, elapsed: float) -> str:
+        if done <= 0:
+            return "?"
+        left = elapsed * (1 - done) / done
+        return f"{left / 60:.0f}m{left % 60:02.0f}s" if left >= 60 else f"{left:.0f}s"
 
 
 def worker_seed(plan: Plan) -> int:
@@ -123,15 +161,27 @@ def _sum(dicts: list[dict]) -> dict:
 
 
 def run_serial(plan: Plan, monitor: Monitor, progress: Progress, hook: Hook | None = None) -> int:
-    """Every role in this process: the loop of docs/system.md with checkpoints and resume."""
+    """Every role in this process: the loop of docs/system.md with checkpoints and resume. The process runs
+    torch with `rollout.torch_threads` threads (default 1) for the run, as a rollout worker's process would: on a
+    2-core box whose other core is busy, torch's default of one thread a core made a smoke run 7x slower (99.7 s
+    against 13.7 s); an idle box gains up to a third from a second thread on a 512-wide learner
+    (BENCHMARKS.md, "Torch threads in serial mode")."""
     import torch
 
+    threads_before = torch.get_num_threads()
+    torch.set_num_threads(plan.config.rollout.torch_threads)
+    try:
+        return _run_serial(plan, monitor, progress, hook)
+    finally:
+        torch.set_num_threads(threads_before)  # driver.main called in a process that goes on (tests, notebooks)
+
+
+def _run_serial(plan: Plan, monitor: Monitor, progress: Progress, hook: Hook | None) -> int:
     cfg, drv = plan.config, plan.driver
     learner = LearnerWorker(cfg.learner, **learner_kwargs(plan))
     if plan.checkpoint is not None:
         learner.load(plan.checkpoint)
-    # serial: the rollout workers must not shrink this process's torch threads (set_num_threads is global)
-    rollout = dataclasses.replace(cfg.rollout, torch_threads=torch.get_num_threads())
+    rollout = cfg.rollout  # its torch_threads is this process's already (run_serial)
     weights = learner.policy_weights()
     workers = [
         RolloutWorker(rollout, cfg.market, weights=weights, **worker_kwargs(plan, i))
@@ -156,6 +206,7 @@ def run_serial(plan: Plan, monitor: Monitor, progress: Progress, hook: Hook | No
                 for w in workers:
                     w.set_weights(weights)
     except KeyboardInterrupt:
+        progress.end_line()
         learner.checkpoint()
         print(f"interrupted at update {learner.step}: checkpoint kept in {plan.run_dir}", file=sys.stderr)
         return monitor.finish("stopped", "interrupted by the user (Ctrl-C)")
@@ -200,6 +251,7 @@ def run_ray(plan: Plan, monitor: MonitorHandle, progress: Progress, hook: Hook |
         drive.workers = workers
         return drive.run()
     except KeyboardInterrupt:
+        progress.end_line()
         try:  # the steps the learner has queued are finished and recorded, then kept in a checkpoint
             ray.get(monitor.record_update(learner.drain_answer.remote()), timeout=60)
             ray.get(learner.checkpoint.remote(), timeout=60)
@@ -344,6 +396,7 @@ def _report(monitor: Monitor | MonitorHandle, progress: Progress, decision: Kill
     """The progress line for the monitor's last record; on a kill, says which rule and returns the exit code."""
     progress.show(monitor.last, force=decision is not None)
     if decision is not None:
+        progress.end_line()
         print(f"killed by rule {decision.rule} at update {decision.step}: {decision.message}", file=sys.stderr)
         monitor.exit_code = decision.exit_code
         return decision.exit_code

@@ -282,10 +282,81 @@ def test_ray_ctrl_c_keeps_a_checkpoint(tmp_path, ray_local):
     assert [s for s, _ in list_checkpoints(run_dir)] == [last]  # the checkpoint is the state of the last line
 
 
-def test_local_entry_point_trains(tmp_path, capsys):
+def test_local_entry_point_trains_then_evaluates_held_out(tmp_path, capsys):
+    """The main job ends with the held-out table (agent beside the baselines), the next commands and a last line
+    that a script can read; --no-eval skips the evaluation."""
+    import re
+
     from foxhunt_ray import local
 
-    code = local.main([*SMOKE, "--serial", "--steps", "5", "--out", str(tmp_path)])
+    code = local.main([*SMOKE, "--serial", "--steps", "5", "--eval-episodes", "2", "--out", str(tmp_path / "a")])
     assert code == 0
-    assert "exit 0" in capsys.readouterr().out
-    assert len(lines(next(tmp_path.glob("*/0")))) == 5
+    out = capsys.readouterr().out
+    run_dir = next((tmp_path / "a").glob("*/0"))
+    assert "exit 0" in out and len(lines(run_dir)) == 5
+    for row in ("agent", "flat", "random", "imbalance", "oracle"):
+        assert re.search(rf"^{row} +-?[\d,]+ ", out, re.M), row
+    assert f"python -m foxhunt_ray.report {run_dir}" in out
+    last = out.strip().splitlines()[-1]
+    m = re.fullmatch(r"heldout_pnl_usd=(-?\d+) oracle_pnl_usd=(-?\d+) fraction_of_oracle=(-?[\d.]+|nan)", last)
+    assert m, last
+    evaluation = json.loads((run_dir / "evaluation.json").read_text())
+    assert round(evaluation["policies"]["oracle"]["pnl_usd_mean"]) == int(m[2]) and evaluation["episodes"] == 2
+    assert local.main([*SMOKE, "--serial", "--steps", "3", "--no-eval", "--out", str(tmp_path / "b")]) == 0
+    out = capsys.readouterr().out
+    assert "heldout_pnl_usd" not in out and out.strip().splitlines()[-1].endswith("exit 0")
+    assert local.main([*SMOKE, "--eval-episodes", "0", "--out", str(tmp_path / "c")]) == 1
+
+
+def test_serial_mode_runs_torch_with_rollout_torch_threads_and_restores_it(tmp_path):
+    import torch
+
+    seen = []
+    before = torch.get_num_threads()
+    code, _ = run(tmp_path, "--steps", "2", hook=lambda step, workers: seen.append(torch.get_num_threads()))
+    assert code == 0 and seen == [1, 1] and torch.get_num_threads() == before
+    code, _ = run(
+        tmp_path / "b",
+        "--steps",
+        "1",
+        "--set",
+        "rollout.torch_threads=2",
+        hook=lambda s, w: seen.append(torch.get_num_threads()),
+    )
+    assert code == 0 and seen[-1] == 2 and torch.get_num_threads() == before
+
+
+def test_progress_bar_shows_the_share_done_and_the_time_left(tmp_path):
+    import io
+
+    from foxhunt_ray.loops import Progress
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    plan = type("P", (), {})()
+    plan.quiet, plan.resume_step = False, 0
+    plan.driver = driver.DriverConfig(steps=100)
+    log = io.StringIO()
+    p = Progress(plan, every_s=0.0, stream=log)
+    p.start -= 10.0  # 10 s in
+    p.show({"step": 25, "env_steps": 1000, "qpa_ema": 0.5, "pnl_cum_usd": -12.0})
+    line = log.getvalue()
+    assert line.endswith("\n") and "[#####               ]  25% update 25/100" in line
+    assert "ETA 30s" in line and "pnl $-12" in line and "qpa_ema +0.500" in line
+    tty = Tty()
+    p = Progress(plan, every_s=0.0, tty_every_s=0.0, stream=tty)
+    p.show({"step": 50, "env_steps": 10, "qpa_ema": 0.1, "pnl_cum_usd": 0.0})
+    p.show({"step": 60, "env_steps": 20, "qpa_ema": 0.1, "pnl_cum_usd": 0.0})
+    assert tty.getvalue().count("\r") == 2 and "\n" not in tty.getvalue()  # redrawn in place
+    p.end_line()
+    assert tty.getvalue().endswith("\n")
+    limited = type("P", (), {})()
+    limited.quiet, limited.resume_step = False, 0
+    limited.driver = driver.DriverConfig(steps=10**6, time_limit_s=40.0)
+    log = io.StringIO()
+    p = Progress(limited, every_s=0.0, stream=log)
+    p.start -= 10.0
+    p.show({"step": 5, "env_steps": 0, "qpa_ema": 0.0, "pnl_cum_usd": 0.0})
+    assert " 25% update 5/1000000" in log.getvalue() and "ETA 30s" in log.getvalue()  # the time limit sets the pace
