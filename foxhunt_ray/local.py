@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import os
 import sys
 import time
 
@@ -45,11 +46,17 @@ def main(argv: list[str] | None = None) -> int:
 
 
 NEXT_COMMANDS = """next:
-  plots and a table of the run:  python -m foxhunt_ray.report {run}
-  a longer held-out evaluation:  python -m foxhunt_ray.evaluate {run} --episodes 256
-  train this run further:        python -m foxhunt_ray.local --resume {run} --steps {more}
-  a longer run of your own:      python -m foxhunt_ray.local --preset phase4_3 --steps 1000000 --time-limit-s 1800
+  plots and a table of the run:  {py} -m foxhunt_ray.report {run}
+  a longer held-out evaluation:  {py} -m foxhunt_ray.evaluate {run} --episodes 256
+  train this run further:        {py} -m foxhunt_ray.local --resume {run} --steps {more}
+  a longer run of your own:      {py} -m foxhunt_ray.local --preset phase4_3 --steps 1000000 --time-limit-s 1800
   the same job on a cluster:     README.md, "On a Ray cluster" (ray job submit)"""
+
+
+def _python() -> str:
+    """This interpreter as a user would type it here: .venv/bin/python from the checkout, else python."""
+    exe = os.path.relpath(sys.executable)
+    return exe if not exe.startswith("..") and os.sep in exe else "python"
 
 
 def evaluate_and_suggest(plan: driver.Plan, code: int, *, episodes: int) -> int:
@@ -63,7 +70,7 @@ def evaluate_and_suggest(plan: driver.Plan, code: int, *, episodes: int) -> int:
     run = plan.run_dir
     if code not in (EXIT_OK, EXIT_KILLED):
         return code
-    suggestions = NEXT_COMMANDS.format(run=run, more=plan.driver.steps * 2)
+    suggestions = NEXT_COMMANDS.format(py=_python(), run=run, more=plan.driver.steps * 2)
     if not is_market(plan.config.env_id):
         print(f"(no held-out evaluation: foxhunt_ray.evaluate plays the market, this run trained {plan.config.env_id})")
         print(suggestions)

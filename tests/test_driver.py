@@ -296,7 +296,7 @@ def test_local_entry_point_trains_then_evaluates_held_out(tmp_path, capsys):
     assert "exit 0" in out and len(lines(run_dir)) == 5
     for row in ("agent", "flat", "random", "imbalance", "oracle"):
         assert re.search(rf"^{row} +-?[\d,]+ ", out, re.M), row
-    assert f"python -m foxhunt_ray.report {run_dir}" in out
+    assert re.search(rf"(python|\.venv/bin/python) -m foxhunt_ray\.report {re.escape(str(run_dir))}", out)
     last = out.strip().splitlines()[-1]
     m = re.fullmatch(r"heldout_pnl_usd=(-?\d+) oracle_pnl_usd=(-?\d+) fraction_of_oracle=(-?[\d.]+|nan)", last)
     assert m, last
