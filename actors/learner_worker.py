@@ -25,7 +25,6 @@ step; their diags are returned by the next `train` or `drain`.
 from __future__ import annotations
 
 import dataclasses
-import logging
 import os
 import re
 import time
@@ -45,7 +44,6 @@ from learner.replay import BATCH_DTYPES, rollout_from_batch
 CHECKPOINT_DIR = "checkpoints"
 RUN_CHECKPOINT_FORMAT = "foxhunt_ray.run/1"
 _CKPT_NAME = re.compile(r"^ckpt_(\d{8,})\.pt$")
-_LOG = logging.getLogger(__name__)
 
 TIMING_KEYS: tuple[str, ...] = (
     "decode_s",
@@ -233,7 +231,7 @@ class LearnerWorker:
                 staged, obs_dim=self.learner.obs_dim, n_actions=self.learner.n_actions, finite_checked=True
             )
         except ValueError as err:  # decoded, but not a rollout this learner can train on
-            self._refuse(str(err))
+            self.decoder.count_bad(str(err), what="rollout payload refused by the learner")
             return None
         finally:
             sec["stage_s"] += time.perf_counter() - t1
@@ -252,7 +250,7 @@ class LearnerWorker:
                 after_copy=events[1].record if events else None,
             )
         except ValueError as err:  # e.g. a rollout of B envs that minibatch_envs does not divide
-            self._refuse(str(err))
+            self.decoder.count_bad(str(err), what="rollout payload refused by the learner")
             return
         self.stats.add(meta)  # a step's diag counts the env steps of the payload it trained on
         totals = {**self.stats.diag(), "worker_index": int(meta["worker_index"]), **self.decoder.diag()}
@@ -269,11 +267,6 @@ class LearnerWorker:
             record.cpu_update_s = t1 - t0
         self._seconds["payloads"] += 1
         self._queued.append(record)
-
-    def _refuse(self, reason: str) -> None:
-        self.decoder.bad_payloads += 1
-        self.decoder.last_error = reason
-        _LOG.warning("rollout payload #%d refused by the learner: %s", self.decoder.bad_payloads, reason)
 
     def _collect(self, *, keep_last: bool) -> list[dict]:
         """Reads the diags of the queued payloads (all, or all but the newest), in order."""

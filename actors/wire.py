@@ -315,10 +315,14 @@ class PayloadDecoder:
         try:
             return split(decode(payload, limits=self.limits))
         except WireError as err:
-            self.bad_payloads += 1
-            self.last_error = str(err)
-            self._log.warning("bad rollout payload #%d dropped: %s", self.bad_payloads, err)
+            self.count_bad(str(err))
             return None
+
+    def count_bad(self, reason: str, *, what: str = "bad rollout payload") -> None:
+        """Counts a dropped payload (also one that decoded but that the learner refused), keeps and logs why."""
+        self.bad_payloads += 1
+        self.last_error = reason
+        self._log.warning("%s #%d dropped: %s", what, self.bad_payloads, reason)
 
     def diag(self) -> dict[str, float]:
         return {"bad_payloads": float(self.bad_payloads)}

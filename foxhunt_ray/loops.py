@@ -152,9 +152,10 @@ def write_timings(plan: Plan, wall_s: float, roles: dict, learner_steady: list[d
     os.replace(tmp, plan.run_dir / TIMINGS_FILE)
 
 
-def _sum(dicts: list[dict]) -> dict:
-    out: dict = {}
-    for d in dicts:
+def _rollout_totals(timings: list[dict]) -> dict:
+    """The rollout workers' timings summed key by key, and how many workers they came from."""
+    out: dict = {"workers": len(timings)}
+    for d in timings:
         for k, v in d.items():
             out[k] = out.get(k, 0.0) + v
     return out
@@ -216,7 +217,7 @@ def _run_serial(plan: Plan, monitor: Monitor, progress: Progress, hook: Hook | N
             time.monotonic() - start,
             {
                 "learner": learner.timings(),
-                "rollout": {**_sum([w.timings() for w in workers]), "workers": len(workers)},
+                "rollout": _rollout_totals([w.timings() for w in workers]),
             },
         )
         for w in workers:
@@ -267,7 +268,7 @@ def run_ray(plan: Plan, monitor: MonitorHandle, progress: Progress, hook: Hook |
             answered, _ = ray.wait(asked, num_returns=len(asked), timeout=20)
             roles = {
                 "learner": ray.get(learner.timings.remote(), timeout=60),
-                "rollout": {**_sum(ray.get(answered)), "workers": len(answered)},
+                "rollout": _rollout_totals(ray.get(answered)),
                 "monitor": ray.get(monitor.actor.timings.remote(), timeout=60),
                 "driver": drive.seconds,
             }
