@@ -92,6 +92,10 @@ def make_inputs(cfg: dict, device, seed: int) -> dict[str, torch.Tensor]:
         "next_values": randn(S, B),
         "terminated": rand(S, B) < 0.05,
         "truncated": rand(S, B) < 0.05,
+        "pre": randn(B, T, H),
+        "w_out": randn(N, H, scale=H**-0.5),
+        "b_out": randn(N),
+        "grad_iqn": randn(B, T, N),
         "soft_target": randn(B * H + 3),
         "soft_online": randn(B * H + 3),
     }
@@ -186,6 +190,25 @@ def check_size(cfg: dict, dtype, device, seed: int, results: list) -> None:
     g_want = torch.autograd.grad(want, (lg1_t, qn1_t), xt["grad_ens"])
     record("ensemble_q_backward", "grad_logits|T1", g_got[0], g_want[0])
     record("ensemble_q_backward", "grad_quantiles|T1", g_got[1], g_want[1])
+
+    # IQN head (forward through the kernel, backward through autograd, i.e. iqn_head_backward)
+    names = ("h", "pre", "w_out", "b_out")
+    ins, ins_t = leaves(*names, src=x), leaves(*names, src=xt)
+    poison(((B, cfg["T"], N), dtype), device=device)
+    got = ops.iqn_head(*ins)
+    want = ref.iqn_head(*ins_t)
+    record("iqn_head", "q", got, want, ref.iqn_head(*[t.detach() for t in ins]))
+    poison(((B, cfg["H"]), dtype), ((B, cfg["T"], cfg["H"]), dtype), device=device)
+    grads = torch.autograd.grad(got, ins, x["grad_iqn"])
+    grads_t = torch.autograd.grad(want, ins_t, xt["grad_iqn"])
+    for name, g_got, g_want in zip(names, grads, grads_t, strict=True):
+        record("iqn_head_backward", f"grad_{name}", g_got, g_want)
+    del got, want, grads, grads_t
+    ih1 = torch.autograd.grad(ops.iqn_head(*ins), ins, x["grad_iqn"])
+    ih2 = torch.autograd.grad(ops.iqn_head(*ins), ins, x["grad_iqn"])
+    same_ih = all(torch.equal(p, r) for p, r in zip(ih1, ih2, strict=True))
+    results.append({"op": "iqn_head", "what": "bitwise_repeat", "dtype": str(dtype), **cfg, "ok": bool(same_ih)})
+    del ih1, ih2
 
     ends = x["terminated"] | x["truncated"]
     poison(((cfg["steps"], B), dtype), ((cfg["steps"], B), dtype), device=device)
@@ -318,6 +341,7 @@ def op_cases(x: dict) -> dict:
     q, th = x["q"].clone().requires_grad_(), x["theta"].clone().requires_grad_()
     ends = x["terminated"] | x["truncated"]
     tgt = x["soft_target"].clone()
+    ih = [x[k].detach().clone().requires_grad_() for k in ("h", "pre", "w_out", "b_out")]
 
     def dueling_fwd_bwd(m):
         _v, _a, qq = m.dueling_forward(*ins)
@@ -352,6 +376,10 @@ def op_cases(x: dict) -> dict:
         "gae": (
             lambda m: m.gae(x["rewards"], x["values"], x["next_values"], x["terminated"], ends, 0.99, 0.95),
             5 * n(x["rewards"]) + 2 * x["terminated"].numel(),
+        ),
+        "iqn_head_fwd+bwd": (
+            lambda m: torch.autograd.grad(m.iqn_head(*ih), ih, x["grad_iqn"]),
+            3 * n(x["pre"]) + 2 * n(x["h"]),
         ),
         "soft_update_": (lambda m: m.soft_update_(tgt, x["soft_online"], 0.005), 3 * n(tgt)),
     }
@@ -538,6 +566,91 @@ def run_minibatch_check(device: str, T: int, B: int, m: int = 128, payloads: int
         f"rel diff {worst:.2e}: {'PASSED' if ok else 'FAILED'}"
     )
     return ok
+
+
+def run_update(device: str, json_path: str | None, preset_name: str, reps: int) -> None:
+    """Issue 12, part 3: one learner update at T x B = 8 x 128 and 64 x 128 (q_batch 1024), the custom kernels
+    against the reference ops inside the same CUDA graph, each with float32 and TF32 matmuls.
+
+    graph_ms: CUDA-event time of `reps` back-to-back replays of the captured update, per replay (the GPU's
+    work alone). pipelined_ms: wall time per update the way the learner worker runs them (validated, pinned
+    rollouts queued with Learner.start_updates, diags read every 8 updates), i.e. max(host, device) per step.
+    kernels: kernels executed per replay (torch.profiler)."""
+    import dataclasses
+
+    from foxhunt_ray.presets import preset
+    from learner.learner import Learner
+    from learner.replay import BATCH_DTYPES, rollout_from_batch
+
+    obs_dim, n_actions = 64, 9
+    report: dict = {"preset": preset_name, "q_batch": 1024, "obs_dim": obs_dim, "n_actions": n_actions, "rows": []}
+    for T, B in ((8, 128), (64, 128)):
+        batches = [learner_batch(T, B, obs_dim, n_actions, seed=s) for s in range(4)]
+        hosts = [rollout_from_batch(b, obs_dim=obs_dim, n_actions=n_actions) for b in batches]
+        hosts = [dataclasses.replace(h, **{k: getattr(h, k).pin_memory() for k in BATCH_DTYPES}) for h in hosts]
+        for backend in ("cuda", "reference"):
+            for precision in ("highest", "high"):
+                ops.set_backend(backend)
+                cfg = dataclasses.replace(
+                    preset(preset_name), q_batch_size=1024, replay_min_size=1024, matmul_precision=precision
+                )
+                lrn = Learner(cfg, obs_dim=obs_dim, n_actions=n_actions, device=device, seed=0)
+                for i in range(6):
+                    lrn.update(batches[i % 4])
+                st = lrn.graph.shapes[(T, B)]
+                torch.cuda.synchronize()
+                e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                e0.record()
+                for _ in range(reps):
+                    st.graph.replay()
+                e1.record()
+                torch.cuda.synchronize()
+                graph_ms = e0.elapsed_time(e1) / reps
+                with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+                    for _ in range(3):
+                        st.graph.replay()
+                    torch.cuda.synchronize()
+                kernels = sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA) / 3
+                pending: list = []
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                for i in range(reps):
+                    pending += lrn.start_updates(hosts[i % 4])
+                    if len(pending) >= 8:
+                        lrn.finish_updates(pending)
+                        pending = []
+                lrn.finish_updates(pending)
+                pipelined_ms = (time.perf_counter() - t0) * 1e3 / reps
+                row = {
+                    "T": T,
+                    "B": B,
+                    "ops": backend,
+                    "matmul": precision,
+                    "graph_ms": graph_ms,
+                    "pipelined_ms": pipelined_ms,
+                    "kernels": kernels,
+                    "backend": ops.backend(),
+                }
+                report["rows"].append(row)
+                print(json.dumps(row), flush=True)
+                del lrn, st
+                torch.cuda.empty_cache()
+    ops.set_backend("cuda")
+    print(
+        f"{'T x B':<9}{'matmul':<9}{'kernels ms':>11}{'ref ms':>9}{'ratio':>7}{'kernels pipelined':>19}"
+        f"{'ref pipelined':>15}"
+    )
+    by = {(r["T"], r["B"], r["ops"], r["matmul"]): r for r in report["rows"]}
+    for T, B in ((8, 128), (64, 128)):
+        for precision in ("highest", "high"):
+            k, r = by[(T, B, "cuda", precision)], by[(T, B, "reference", precision)]
+            print(
+                f"{T}x{B:<7}{precision:<9}{k['graph_ms']:>11.3f}{r['graph_ms']:>9.3f}"
+                f"{r['graph_ms'] / k['graph_ms']:>7.2f}"
+                f"{k['pipelined_ms']:>19.3f}{r['pipelined_ms']:>15.3f}"
+            )
+    if json_path:
+        Path(json_path).write_text(json.dumps(report, indent=1))
 
 
 def run_learner(device: str, json_path: str | None, preset_name: str, T: int, B: int, reps: int) -> None:
@@ -761,7 +874,7 @@ def count_floor(learner, batch, ceilings) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
-        "stage", choices=["build", "checks", "sanitize", "ops", "graphcheck", "minibatch", "learner"]
+        "stage", choices=["build", "checks", "sanitize", "ops", "graphcheck", "minibatch", "learner", "update"]
     )
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--json")
@@ -788,6 +901,8 @@ def main() -> int:
         return 0 if run_graphcheck(args.device, args.json, args.T, args.B) else 1
     elif args.stage == "minibatch":
         return 0 if run_minibatch_check(args.device, args.T, args.B) else 1
+    elif args.stage == "update":
+        run_update(args.device, args.json, args.preset, args.reps)
     elif args.stage == "learner":
         run_learner(args.device, args.json, args.preset, args.T, args.B, args.reps)
     return 0

@@ -18,6 +18,7 @@ IqnDueling = Literal["off", "composed", "dual"]
 IQN_DUELING_MODES: tuple[str, ...] = ("off", "composed", "dual")
 IqnBaseline = Literal["off", "v_iqn", "blend"]
 IQN_BASELINES: tuple[str, ...] = ("off", "v_iqn", "blend")
+MATMUL_PRECISIONS: tuple[str, ...] = ("highest", "high")
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -114,6 +115,11 @@ class LearnerConfig:
     cuda_graph: bool = True
     """On CUDA only: replay the whole device side of a steady-state update as one captured CUDA graph
     (learner/graph.py). Same losses and guard; masked reductions instead of indexed ones. No effect on CPU."""
+    matmul_precision: Literal["highest", "high"] = "highest"
+    """On CUDA only, the learner's float32 matmuls (torch.set_float32_matmul_precision, set around each step):
+    "highest" is full float32; "high" lets them use TF32 tensor cores (about 1e-3 relative per product). The
+    losses and kill-rule diagnostics stay within the tolerances tests/test_learner_cuda.py states. No effect on
+    CPU, and not part of what a checkpoint must match."""
     # --- test-only fault injection ---
     inject_nan_at: int | None = None
     """Test only: poison the loss at this learner step to exercise the NaN guard."""
@@ -253,6 +259,7 @@ class LearnerConfig:
         need(isinstance(self.flip_distill_sign, bool), "flip_distill_sign", "must be a bool")
         need(isinstance(self.normalize_advantages, bool), "normalize_advantages", "must be a bool")
         need(isinstance(self.cuda_graph, bool), "cuda_graph", "must be a bool")
+        need(self.matmul_precision in MATMUL_PRECISIONS, "matmul_precision", f"must be one of {MATMUL_PRECISIONS}")
         return errs
 
     def validate(self) -> LearnerConfig:

@@ -46,7 +46,7 @@ from learner.replay import (
 )
 
 CHECKPOINT_FORMAT = "foxhunt_ray.learner/1"
-_EXECUTION_ONLY = frozenset({"cuda_graph"})  # config fields that change how, not what, a learner computes
+_EXECUTION_ONLY = frozenset({"cuda_graph", "matmul_precision"})  # fields that change how, not what, it computes
 _DUELING_SEED_OFFSET = 0x5EED  # the dueling head's own generator: seeded apart from the main net's RNG
 _CONFIG_DEFAULTS = {f.name: f.default for f in dataclasses.fields(LearnerConfig)}
 V_IQN_MEAN = "v_iqn_mean"
@@ -273,6 +273,18 @@ class Learner:
 
     def _step(self, host: Rollout, transitions: dict[str, torch.Tensor]) -> _Pending:
         """One learner step; its diag values stay on the device (a _Pending) until `_finish` reads them."""
+        if self.device.type != "cuda":
+            return self._step_body(host, transitions)
+        # cfg.matmul_precision for this step's matmuls (and the kernels a CUDA graph captures), then the
+        # caller's setting back: the flag is process-wide
+        before = torch.get_float32_matmul_precision()
+        torch.set_float32_matmul_precision(self.cfg.matmul_precision)
+        try:
+            return self._step_body(host, transitions)
+        finally:
+            torch.set_float32_matmul_precision(before)
+
+    def _step_body(self, host: Rollout, transitions: dict[str, torch.Tensor]) -> _Pending:
         cfg = self.cfg
         self.replay.add(transitions)
         q_trained = len(self.replay) >= cfg.replay_min_size

@@ -51,7 +51,8 @@ def quantile_midpoints(batch: int, n: int, like: torch.Tensor) -> torch.Tensor:
 
 
 class IQNHead(nn.Module):
-    """quantiles[B, T, N] = Linear(h * ReLU(Linear(cos-embedding(tau))))."""
+    """quantiles[B, T, N] = Linear(h * ReLU(Linear(cos-embedding(tau)))); on CUDA the part after the embedding is
+    one kernel (ops.iqn_head)."""
 
     def __init__(self, hidden_dim: int, n_actions: int):
         super().__init__()
@@ -72,7 +73,11 @@ class IQNHead(nn.Module):
         return h[:, None, :] * phi
 
     def forward(self, h: torch.Tensor, tau: torch.Tensor | int) -> torch.Tensor:
-        return self.out(self.features(h, tau))
+        if isinstance(tau, int):
+            return self.out(self.features(h, tau))
+        # sampled taus: the product with h and the output layer in one op (ops.iqn_head; the same math as
+        # self.out(self.features(h, tau)), op for op on the reference path)
+        return ops.iqn_head(h, self.embed(cosine_features(tau)), self.out.weight, self.out.bias)
 
 
 class MainNet(nn.Module):

@@ -27,6 +27,7 @@ def test_kernel_sources_exist():
         "iqn_loss.cu",
         "ensemble_q.cu",
         "gae.cu",
+        "iqn_head.cu",
         "soft_update.cu",
     } <= names
 

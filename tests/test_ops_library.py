@@ -79,6 +79,18 @@ def sample_inputs(dtype, rows=5, seed=0, requires_grad=False, device="cpu"):
             0.95,
             0.9,
         ),
+        "iqn_head": (
+            h,
+            rand(rows, n_q, hidden, grad=True),
+            rand(n_actions, hidden, grad=True),
+            rand(n_actions, grad=True),
+        ),
+        "iqn_head_backward": (
+            rand(rows, n_q, n_actions),
+            rand(rows, hidden),
+            rand(rows, n_q, hidden),
+            rand(n_actions, hidden),
+        ),
         "soft_update_": (rand(37), rand(37), 0.05),
     }
 
@@ -95,6 +107,7 @@ REFERENCE_OF = {
     "dueling_bellman_target": ref.dueling_bellman_target,
     "c51_project": ref.c51_project,
     "gae": ref.gae,
+    "iqn_head": ref.iqn_head,
 }
 
 
@@ -150,6 +163,20 @@ def test_ensemble_autograd_through_op_matches_reference():
     want = torch.autograd.grad((ref.ensemble_q(logits, support, quantiles, w) * weight).sum(), (logits, quantiles))
     for g, w_ in zip(got, want, strict=True):
         torch.testing.assert_close(g, w_)
+
+
+def test_iqn_head_backward_matches_autograd_of_the_reference():
+    """The explicit backward (what the kernel computes) equals autograd through the reference, relu's kink
+    included: some pre entries are exactly 0 (gradient 0 there, as torch.relu's)."""
+    h, pre, w_out, b_out = (t.detach().requires_grad_() for t in sample_inputs(F64, seed=8)["iqn_head"])
+    with torch.no_grad():
+        pre[0, 0, :3] = 0.0
+    grad = torch.randn(*pre.shape[:2], w_out.shape[0], dtype=F64)
+    want = torch.autograd.grad(ref.iqn_head(h, pre, w_out, b_out), (h, pre, w_out, b_out), grad)
+    got = torch.autograd.grad(torch.ops.foxhunt.iqn_head(h, pre, w_out, b_out), (h, pre, w_out, b_out), grad)
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w)
+    assert torch.count_nonzero(got[1][0, 0, :3]) == 0
 
 
 def test_ops_compile_with_fake_impls():

@@ -7,6 +7,7 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <vector>
@@ -290,6 +291,66 @@ std::tuple<Tensor, Tensor> gae(const Tensor& rewards_in, const Tensor& values_in
   return {advantages, returns};
 }
 
+Tensor iqn_head(const Tensor& h_in, const Tensor& pre_in, const Tensor& w_out_in, const Tensor& b_out_in) {
+  static constexpr const char* op = "iqn_head";
+  const auto dtype = floating(op, h_in);
+  const auto dev = h_in.device();
+  TORCH_CHECK(h_in.dim() == 2 && pre_in.dim() == 3 && w_out_in.dim() == 2,
+              "foxhunt::iqn_head: h [B, H], pre [B, T, H] and w_out [N, H] expected");
+  const int64_t rows = h_in.size(0), hidden = h_in.size(1), n_tau = pre_in.size(1), n_actions = w_out_in.size(0);
+  TORCH_CHECK(n_actions >= 1 && n_actions <= foxhunt::kIqnHeadMaxActions, "foxhunt::iqn_head: w_out has ",
+              n_actions, " actions; the kernel takes 1..", foxhunt::kIqnHeadMaxActions,
+              " (learner.ops.iqn_head uses the reference beyond that)");
+  const Tensor h = checked(op, "h", h_in, dev, dtype, {rows, hidden});
+  const Tensor pre = checked(op, "pre", pre_in, dev, dtype, {rows, n_tau, hidden});
+  const Tensor w_out = checked(op, "w_out", w_out_in, dev, dtype, {n_actions, hidden});
+  const Tensor b_out = checked(op, "b_out", b_out_in, dev, dtype, {n_actions});
+  const c10::cuda::CUDAGuard guard(dev);
+  Tensor q = at::empty({rows, n_tau, n_actions}, h.options());
+  const auto stream = c10::cuda::getCurrentCUDAStream();
+  AT_DISPATCH_FLOATING_TYPES(dtype, op, [&] {
+    foxhunt::launch_iqn_head_forward<scalar_t>(h.data_ptr<scalar_t>(), pre.data_ptr<scalar_t>(),
+                                               w_out.data_ptr<scalar_t>(), b_out.data_ptr<scalar_t>(),
+                                               q.data_ptr<scalar_t>(), as_int(op, rows), as_int(op, n_tau),
+                                               as_int(op, hidden), as_int(op, n_actions), stream);
+  });
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return q;
+}
+
+std::tuple<Tensor, Tensor, Tensor, Tensor> iqn_head_backward(const Tensor& grad_in, const Tensor& h_in,
+                                                             const Tensor& pre_in, const Tensor& w_out_in) {
+  static constexpr const char* op = "iqn_head_backward";
+  const auto dtype = floating(op, h_in);
+  const auto dev = h_in.device();
+  TORCH_CHECK(h_in.dim() == 2 && pre_in.dim() == 3 && w_out_in.dim() == 2,
+              "foxhunt::iqn_head_backward: h [B, H], pre [B, T, H] and w_out [N, H] expected");
+  const int64_t rows = h_in.size(0), hidden = h_in.size(1), n_tau = pre_in.size(1), n_actions = w_out_in.size(0);
+  TORCH_CHECK(n_actions >= 1 && n_actions <= foxhunt::kIqnHeadMaxActions, "foxhunt::iqn_head_backward: w_out has ",
+              n_actions, " actions; the kernel takes 1..", foxhunt::kIqnHeadMaxActions);
+  const Tensor grad = checked(op, "grad", grad_in, dev, dtype, {rows, n_tau, n_actions});
+  const Tensor h = checked(op, "h", h_in, dev, dtype, {rows, hidden});
+  const Tensor pre = checked(op, "pre", pre_in, dev, dtype, {rows, n_tau, hidden});
+  const Tensor w_out = checked(op, "w_out", w_out_in, dev, dtype, {n_actions, hidden});
+  const c10::cuda::CUDAGuard guard(dev);
+  Tensor grad_h = at::empty({rows, hidden}, h.options());
+  Tensor grad_pre = at::empty({rows, n_tau, hidden}, h.options());
+  Tensor grad_w_out = at::empty({n_actions, hidden}, h.options());
+  Tensor grad_b_out = at::empty({n_actions}, h.options());
+  const int chunks = foxhunt::iqn_head_backward_chunks(as_int(op, rows));
+  Tensor partial = at::empty({std::max(chunks, 1), n_actions * hidden + n_actions}, h.options());
+  const auto stream = c10::cuda::getCurrentCUDAStream();
+  AT_DISPATCH_FLOATING_TYPES(dtype, op, [&] {
+    foxhunt::launch_iqn_head_backward<scalar_t>(
+        grad.data_ptr<scalar_t>(), h.data_ptr<scalar_t>(), pre.data_ptr<scalar_t>(), w_out.data_ptr<scalar_t>(),
+        grad_h.data_ptr<scalar_t>(), grad_pre.data_ptr<scalar_t>(), grad_w_out.data_ptr<scalar_t>(),
+        grad_b_out.data_ptr<scalar_t>(), partial.data_ptr<scalar_t>(), as_int(op, rows), as_int(op, n_tau),
+        as_int(op, hidden), as_int(op, n_actions), stream);
+  });
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return {grad_h, grad_pre, grad_w_out, grad_b_out};
+}
+
 void soft_update_(const Tensor& target, const Tensor& online_in, double tau) {
   static constexpr const char* op = "soft_update_";
   const auto dtype = floating(op, target);
@@ -319,5 +380,7 @@ TORCH_LIBRARY_IMPL(foxhunt, CUDA, m) {
   m.impl("ensemble_q", &ensemble_q);
   m.impl("ensemble_q_backward", &ensemble_q_backward);
   m.impl("gae", &gae);
+  m.impl("iqn_head", &iqn_head);
+  m.impl("iqn_head_backward", &iqn_head_backward);
   m.impl("soft_update_", &soft_update_);
 }

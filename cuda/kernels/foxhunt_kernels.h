@@ -60,6 +60,20 @@ void launch_ensemble_q_backward(const T* grad, const T* logits, const T* support
                                 T* grad_quantiles, int rows, int n_actions, int n_atoms, int n_quantiles,
                                 cudaStream_t stream);
 
+// IQN head after the tau embedding: q[B,T,N] = (h[B,1,H] * relu(pre[B,T,H])) W_out[N,H]^T + b_out[N], N <= 16.
+constexpr int kIqnHeadMaxActions = 16;
+template <typename T>
+void launch_iqn_head_forward(const T* h, const T* pre, const T* w_out, const T* b_out, T* q, int rows, int n_tau,
+                             int hidden, int n_actions, cudaStream_t stream);
+
+// Its backward from grad[B,T,N]: grad_h[B,H], grad_pre[B,T,H], grad_w_out[N,H], grad_b_out[N]. `partial` holds
+// iqn_head_backward_chunks(B) * (N*H + N) elements of T (per-chunk sums, reduced in a fixed order).
+int iqn_head_backward_chunks(int rows);
+template <typename T>
+void launch_iqn_head_backward(const T* grad, const T* h, const T* pre, const T* w_out, T* grad_h, T* grad_pre,
+                              T* grad_w_out, T* grad_b_out, T* partial, int rows, int n_tau, int hidden,
+                              int n_actions, cudaStream_t stream);
+
 // GAE over [T,B], one thread per env column, backwards in time.
 template <typename T>
 void launch_gae(const T* rewards, const T* values, const T* next_values, const bool* terminated,

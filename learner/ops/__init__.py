@@ -30,6 +30,7 @@ __all__ = [
     "dueling_huber_loss",
     "ensemble_q",
     "gae",
+    "iqn_head",
     "iqn_quantile_huber_loss",
     "load_extension",
     "set_backend",
@@ -211,6 +212,25 @@ def iqn_quantile_huber_loss(theta: Tensor, tau: Tensor, target: Tensor, kappa: f
     if _use_kernels(theta):
         return torch.ops.foxhunt.iqn_quantile_huber_loss(theta, tau, target, float(kappa))[0]
     return reference.iqn_quantile_huber_loss(theta, tau, target, kappa)
+
+
+IQN_HEAD_MAX_ACTIONS = 16
+"""The iqn_head kernel keeps one accumulator per action in registers; wider action sets take the reference."""
+
+
+def iqn_head(h: Tensor, pre: Tensor, w_out: Tensor, b_out: Tensor) -> Tensor:
+    """q[B,T,N] = (h[B,1,H] * relu(pre[B,T,H])) W_out[N,H]^T + b_out; differentiable w.r.t. all four.
+
+    The IQN head after its tau embedding (pre = Linear(cos-embedding(tau))); the kernel never writes the
+    [B,T,H] product, which is the biggest tensor of a learner update."""
+    _check("h", h, (None, None))
+    rows, hidden = h.shape
+    _check("pre", pre, (rows, None, hidden), h)
+    _check("w_out", w_out, (None, hidden), h)
+    _check("b_out", b_out, (w_out.shape[0],), h)
+    if _use_kernels(h) and 1 <= w_out.shape[0] <= IQN_HEAD_MAX_ACTIONS:
+        return torch.ops.foxhunt.iqn_head(h, pre, w_out, b_out)
+    return reference.iqn_head(h, pre, w_out, b_out)
 
 
 def ensemble_q(c51_logits: Tensor, support: Tensor, iqn_quantiles: Tensor, w: float) -> Tensor:

@@ -36,6 +36,8 @@ _SCHEMAS = {
         "(Tensor rewards, Tensor values, Tensor next_values, Tensor terminated, Tensor episode_end,"
         " float gamma, float lam) -> (Tensor, Tensor)"
     ),
+    "iqn_head": "(Tensor h, Tensor pre, Tensor w_out, Tensor b_out) -> Tensor",
+    "iqn_head_backward": "(Tensor grad, Tensor h, Tensor pre, Tensor w_out) -> (Tensor, Tensor, Tensor, Tensor)",
     "soft_update_": "(Tensor(a!) target_flat, Tensor online_flat, float tau) -> ()",
 }
 for _name, _schema in _SCHEMAS.items():
@@ -102,6 +104,16 @@ def _gae_cpu(rewards, values, next_values, terminated, episode_end, gamma, lam):
     return reference.gae(rewards, values, next_values, terminated, episode_end, gamma, lam)
 
 
+@_cpu("iqn_head")
+def _iqn_head_cpu(h, pre, w_out, b_out):
+    return reference.iqn_head(h, pre, w_out, b_out).contiguous()
+
+
+@_cpu("iqn_head_backward")
+def _iqn_head_backward_cpu(grad, h, pre, w_out):
+    return tuple(t.contiguous() for t in reference.iqn_head_backward(grad, h, pre, w_out))
+
+
 @_cpu("soft_update_")
 def _soft_update_cpu(target_flat, online_flat, tau):
     reference.soft_update_(target_flat, online_flat, tau)
@@ -161,6 +173,16 @@ def _ensemble_backward_fake(grad, c51_logits, support, n_quantiles, w):
 @_fake("gae")
 def _gae_fake(rewards, values, next_values, terminated, episode_end, gamma, lam):
     return values.new_empty(values.shape), values.new_empty(values.shape)
+
+
+@_fake("iqn_head")
+def _iqn_head_fake(h, pre, w_out, b_out):
+    return h.new_empty(pre.shape[0], pre.shape[1], w_out.shape[0])
+
+
+@_fake("iqn_head_backward")
+def _iqn_head_backward_fake(grad, h, pre, w_out):
+    return h.new_empty(h.shape), pre.new_empty(pre.shape), w_out.new_empty(w_out.shape), w_out.new_empty(w_out.shape[0])
 
 
 @_fake("soft_update_")
@@ -225,3 +247,16 @@ def _ensemble_backward(ctx, grad):
 torch.library.register_autograd(
     "foxhunt::ensemble_q", _ensemble_backward, setup_context=_ensemble_setup, lib=_lib
 )
+
+
+def _iqn_head_setup(ctx, inputs, output):
+    h, pre, w_out, _b_out = inputs
+    ctx.save_for_backward(h, pre, w_out)
+
+
+def _iqn_head_backward(ctx, grad):
+    h, pre, w_out = ctx.saved_tensors
+    return torch.ops.foxhunt.iqn_head_backward(grad.contiguous(), h, pre, w_out)
+
+
+torch.library.register_autograd("foxhunt::iqn_head", _iqn_head_backward, setup_context=_iqn_head_setup, lib=_lib)

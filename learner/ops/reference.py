@@ -85,6 +85,22 @@ def ensemble_q(c51_logits: Tensor, support: Tensor, iqn_quantiles: Tensor, w: fl
     return w * expected_c51 + (1.0 - w) * iqn_quantiles.mean(dim=1)
 
 
+def iqn_head(h: Tensor, pre: Tensor, w_out: Tensor, b_out: Tensor) -> Tensor:
+    """q[B,T,N] = (h[B,1,H] * relu(pre[B,T,H])) W_out[N,H]^T + b_out: the IQN head after its tau embedding."""
+    return torch.nn.functional.linear(h[:, None, :] * torch.relu(pre), w_out, b_out)
+
+
+def iqn_head_backward(grad: Tensor, h: Tensor, pre: Tensor, w_out: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """(grad_h[B,H], grad_pre[B,T,H], grad_w_out[N,H], grad_b_out[N]) of iqn_head; relu' is 0 where pre <= 0."""
+    phi = torch.relu(pre)
+    dx = grad @ w_out  # [B, T, H]
+    grad_pre = torch.where(pre <= 0, 0.0, dx * h[:, None, :])
+    grad_h = (dx * phi).sum(1)
+    n_actions, hidden = w_out.shape
+    grad_w_out = grad.reshape(-1, n_actions).T @ (h[:, None, :] * phi).reshape(-1, hidden)
+    return grad_h, grad_pre, grad_w_out, grad.sum((0, 1))
+
+
 def gae(
     rewards: Tensor,
     values: Tensor,
