@@ -4,9 +4,12 @@ The agent (the run's newest checkpoint, or `--checkpoint`) plays the held-out ep
 to flat, random, order-book imbalance and, on the synthetic market, the oracle, all through the one loop of
 `lobsim_env.baselines.run_episodes` on the same seeds, so every policy meets the same episodes. The synthetic
 held-out day of fold k is `lobsim_env.folds.heldout_seed(k) + i` for book i, checked against every seed the
-run's training books had; `--lobster PATH` plays windows of a replayed LOBSTER day instead. It prints a table
-and writes RUN_DIR/evaluation.json (atomically); a bad input exits 1 with the value and the fix, and nothing
-in the run folder changes. Metrics and the file's schema: docs/evaluation.md.
+run's training books had; `--lobster PATH` plays windows of a replayed LOBSTER day instead (no oracle there, one
+day, out of the training distribution: the command says so). It prints a table and keeps the evaluation's own
+record, RUN_DIR/evaluations/<market>-<fold or file>-step<step>-<episodes>ep-....json, plus, for the synthetic
+market, its copy RUN_DIR/evaluation.json (foxhunt_ray/evaluations.py: names, atomic writes, reading); a bad input
+exits 1 with the value and the fix, and nothing in the run folder changes. Metrics and the record's schema:
+docs/evaluation.md.
 """
 
 from __future__ import annotations
@@ -15,10 +18,10 @@ import argparse
 import dataclasses
 import inspect
 import json
-import os
 import sys
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +32,18 @@ from actors.learner_worker import RUN_CHECKPOINT_FORMAT, checkpoint_path, latest
 from foxhunt_ray import provenance
 from foxhunt_ray.config import RunConfig, from_dict
 from foxhunt_ray.driver import CONFIG_FILE, DriverConfig
+from foxhunt_ray.evaluations import (
+    EVALUATION_FILE,
+    EVALUATIONS_DIR,
+    LOBSTER,
+    SYNTHETIC,
+    EvaluationRecordError,
+    caveat,
+    day_of,
+    record_name,
+    write_json,
+    write_record,
+)
 from foxhunt_ray.loops import RESUME_SEED_STRIDE
 from learner.config import LearnerConfig
 from learner.learner import CHECKPOINT_FORMAT as LEARNER_FORMAT
@@ -38,7 +53,6 @@ from lobsim_env.baselines import NEEDS_LATENT_REGIME, POLICIES, Policy, run_epis
 from lobsim_env.folds import HELDOUT_FOLD_STRIDE, heldout_seed
 from lobsim_env.replay_market import lobster_config
 
-EVALUATION_FILE = "evaluation.json"
 DEFAULT_EPISODES = 64
 AGENT = "agent"
 HEADS = ("pi", "q")
@@ -54,7 +68,7 @@ METRIC_KEYS = (
     "fees_usd_mean",
     "fill_rate",
 )
-"""Keys every policy's entry in evaluation.json has (the report command reads them)."""
+"""Keys every policy's entry in an evaluation record has (the report command reads them)."""
 _NET_FIELDS = ("hidden_dim", "encoder_layers", "n_atoms")
 """Learner config fields that size the network the checkpoint's parameters fill."""
 _Q_FIELDS = ("v_min", "v_max", "ensemble_w", "iqn_taus")
@@ -233,7 +247,7 @@ def training_overlap(first: int, count: int, run: RunConfig, driver: DriverConfi
 
 
 def evaluation_market(run: RunConfig, lobster_path: str | Path | None, horizon: int | None) -> tuple[MarketConfig, str]:
-    """The market of the evaluation and its label ('synthetic' or 'lobster:<file name>')."""
+    """The market of the evaluation and which one it is ('synthetic' or 'lobster')."""
     trained = run.market
     if lobster_path is None:
         if trained.source != "synthetic":
@@ -242,7 +256,7 @@ def evaluation_market(run: RunConfig, lobster_path: str | Path | None, horizon: 
                 "evaluate on (synthetic held-out days are for runs trained on the synthetic market)"
             )
         market = trained if horizon is None else dataclasses.replace(trained, horizon=horizon)
-        return market, "synthetic"
+        return market, SYNTHETIC
     path = Path(lobster_path)
     if not path.is_file():
         raise EvaluationError(
@@ -253,15 +267,27 @@ def evaluation_market(run: RunConfig, lobster_path: str | Path | None, horizon: 
         market = dataclasses.replace(trained, lobster_path=str(path), horizon=h)
     else:  # the equity contract of the replay market, the observation sized as the policy was trained
         market = lobster_config(str(path), obs_levels=trained.obs_levels, horizon=h)
-    return market, f"lobster:{path.name}"
+    return market, LOBSTER
 
 
-def _spaces(market: MarketConfig) -> tuple[int, int]:
+def _spaces(market: MarketConfig) -> tuple[int, int, dict[str, Any] | None]:
+    """(obs_dim, n_actions, the replayed day: file, path, symbol, date, levels, messages; None on synthetic)."""
     try:
         env = LobVectorEnv(1, market)
     except ValueError as err:  # a replay window longer than the day, a file without its orderbook, ...
         raise EvaluationError(f"cannot build the evaluation market: {err} (the horizon is --horizon)") from None
-    return int(env.single_observation_space.shape[0]), int(env.single_action_space.n)
+    day = getattr(env.market, "day", None)
+    replayed = None
+    if market.source == LOBSTER and day is not None:
+        replayed = {
+            "file": Path(market.lobster_path).name,
+            "path": str(market.lobster_path),
+            "symbol": day.ticker,
+            "date": day.date,
+            "levels": day.levels,
+            "messages": day.n_messages,
+        }
+    return int(env.single_observation_space.shape[0]), int(env.single_action_space.n), replayed
 
 
 def _check_options(episodes: Any, seed: Any, fold: Any, horizon: Any, head: Any) -> None:
@@ -299,8 +325,9 @@ def evaluate_run(
     checkpoint: None (the newest), a learner step or a path. seed: book 0's seed (default: the fold's
     held-out seed, heldout_seed(fold), fold defaulting to the run's). lobster_path: play windows of that
     LOBSTER day instead of synthetic days. horizon: steps per episode (default the run's). head: 'pi' or 'q'.
-    Writes the result to `out` (default RUN_DIR/evaluation.json) when `write`; returns it. Raises
-    EvaluationError on bad input, before anything is written.
+    When `write`, keeps the result as its own record RUN_DIR/evaluations/<record_name> (and, synthetic, its copy
+    RUN_DIR/evaluation.json), or writes it to `out` alone; returns it. Raises EvaluationError on bad input, before
+    anything is written.
     """
     _check_options(episodes, seed, fold, horizon, head)
     run_dir = Path(run_dir)
@@ -308,11 +335,11 @@ def evaluate_run(
     ckpt = resolve_checkpoint(run_dir, checkpoint)
     fold = driver.fold if fold is None else fold
     eval_seed = heldout_seed(fold) if seed is None else seed
-    market, label = evaluation_market(run, lobster_path, horizon)
-    obs_dim, n_actions = _spaces(market)
+    market, kind = evaluation_market(run, lobster_path, horizon)
+    obs_dim, n_actions, replayed = _spaces(market)
     agent, step = load_agent(ckpt, run, obs_dim=obs_dim, n_actions=n_actions, head=head)
     held_out = True
-    if label == "synthetic":
+    if kind == SYNTHETIC:
         last_step = max(step, driver.steps, *(s for s, _ in list_checkpoints(run_dir)))
         clash = training_overlap(eval_seed, episodes, run, driver, last_step)
         if clash is not None:
@@ -324,10 +351,10 @@ def evaluate_run(
     elif run.market.source == "lobster" and Path(run.market.lobster_path).name == Path(market.lobster_path).name:
         held_out = False
         if progress:
-            progress(f"warning: {label} is the day this run trained on: its windows are not held out")
+            progress(f"warning: {Path(market.lobster_path).name} is the day this run trained on: not held out")
 
     policies: dict[str, Policy] = {AGENT: agent}
-    policies.update({n: p for n, p in POLICIES.items() if label == "synthetic" or n not in NEEDS_LATENT_REGIME})
+    policies.update({n: p for n, p in POLICIES.items() if kind == SYNTHETIC or n not in NEEDS_LATENT_REGIME})
     results: dict[str, dict[str, Any]] = {}
     for name, policy in policies.items():
         start = time.perf_counter()
@@ -339,15 +366,20 @@ def evaluate_run(
                 f"± {metrics['pnl_usd_sem']:,.0f}  ({time.perf_counter() - start:.1f} s)"
             )
     oracle = results.get("oracle", {}).get("pnl_usd_mean")
+    trained = run.market
     result = {
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "run_dir": str(run_dir),
         "checkpoint": str(ckpt),
         "checkpoint_step": step,
+        "market": kind,
         "fold": fold,
-        "market": label,
+        **({LOBSTER: replayed} if replayed is not None else {}),
+        "trained_on": SYNTHETIC if trained.source == SYNTHETIC else f"{LOBSTER}:{Path(trained.lobster_path).name}",
         "held_out": held_out,
         "episodes": episodes,
         "eval_seed": eval_seed,
+        "seed_origin": "heldout_seed(fold)" if seed is None else "--seed",
         "horizon": market.horizon,
         "policy_head": head,
         "run_code_sha": saved.get("code_sha"),
@@ -355,20 +387,21 @@ def evaluate_run(
         "policies": results,
         "oracle_fraction": results[AGENT]["pnl_usd_mean"] / oracle if oracle is not None and oracle > 0 else None,
     }
+    result["caveat"] = caveat(result)
     if write:
-        _write_json(Path(out) if out is not None else run_dir / EVALUATION_FILE, result)
+        try:
+            write_json(Path(out), result) if out is not None else write_record(run_dir, result)
+        except EvaluationRecordError as err:
+            raise EvaluationError(str(err)) from None
     return result
 
 
-def _write_json(path: Path, doc: dict) -> None:
-    """Atomic: a temporary file beside it, then os.replace, so a reader never sees half a file."""
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        tmp.write_text(json.dumps(doc, indent=2, allow_nan=False) + "\n")
-        os.replace(tmp, path)
-    except OSError as err:
-        tmp.unlink(missing_ok=True)
-        raise EvaluationError(f"cannot write {path} ({err}); pass a writable --out") from None
+def written_paths(run_dir: str | Path, result: dict[str, Any], out: str | Path | None = None) -> list[Path]:
+    """Where evaluate_run(write=True) put `result`: `out`, or its record (and evaluation.json when synthetic)."""
+    if out is not None:
+        return [Path(out)]
+    paths = [Path(run_dir) / EVALUATIONS_DIR / record_name(result)]
+    return paths + ([Path(run_dir) / EVALUATION_FILE] if result["market"] == SYNTHETIC else [])
 
 
 # ---- the table and the command ----------------------------------------------------------------------------
@@ -410,7 +443,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--horizon", type=int, default=None, help="steps per episode (default the run's market.horizon)")
     p.add_argument("--policy", choices=HEADS, default="pi", help="act greedily on pi (default) or on q_ens")
     p.add_argument(
-        "--out", default=None, metavar="PATH", help=f"where the JSON goes (default RUN_DIR/{EVALUATION_FILE})"
+        "--out",
+        default=None,
+        metavar="PATH",
+        help=f"write the record here only (default: its own file in RUN_DIR/{EVALUATIONS_DIR}/, which the report "
+        f"reads, and for the synthetic market RUN_DIR/{EVALUATION_FILE})",
     )
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     return p.parse_args(argv)
@@ -441,18 +478,26 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 1
     print(describe(result))
-    print(f"wrote {args.out or Path(args.run_dir) / EVALUATION_FILE}", flush=True)
+    for path in written_paths(args.run_dir, result, args.out):
+        print(f"wrote {path}", flush=True)
+    if result["market"] == LOBSTER and args.out is None:
+        print(f"({Path(args.run_dir) / EVALUATION_FILE}, the newest synthetic evaluation, is left as it was)")
     return 0
 
 
 def describe(result: dict[str, Any]) -> str:
-    """What the command prints of an evaluation: the run, checkpoint and episodes, then the table."""
-    return (
+    """What the command prints of an evaluation: the run, checkpoint, market and episodes, the table, and for a
+    real day what its figures are not."""
+    if result["market"] == LOBSTER:
+        episodes = f"market LOBSTER day {day_of(result)} ({result[LOBSTER]['file']}), {result['episodes']} windows"
+    else:
+        episodes = f"market synthetic, {day_of(result)} day, {result['episodes']} episodes"
+    text = (
         f"{result['run_dir']}: checkpoint {Path(result['checkpoint']).name} (step {result['checkpoint_step']}), "
-        f"greedy on {result['policy_head']}\nmarket {result['market']}, fold {result['fold']}, "
-        f"{result['episodes']} episodes x {result['horizon']} steps, books seeded {result['eval_seed']} + i\n"
-        + format_table(result)
+        f"greedy on {result['policy_head']}\n{episodes} x {result['horizon']} steps, books seeded "
+        f"{result['eval_seed']} + i\n" + format_table(result)
     )
+    return text + (f"\ncaveat: {result['caveat']}" if result.get("caveat") else "")
 
 
 if __name__ == "__main__":

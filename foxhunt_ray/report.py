@@ -1,7 +1,8 @@
 """`python -m foxhunt_ray.report RUN_DIR [RUN_DIR ...]`: plots and a side-by-side table of runs.
 
-Reads each run folder (OUT/<code_sha>/<fold>/: config.json, diag.jsonl, summary.json, and evaluation.json when
-`python -m foxhunt_ray.evaluate` has written one) and writes, into `--out` (default `reports/<timestamp>/`):
+Reads each run folder (OUT/<code_sha>/<fold>/: config.json, diag.jsonl, summary.json, and the evaluation records
+`python -m foxhunt_ray.evaluate` keeps, evaluations/*.json, or an older run's evaluation.json) and writes, into
+`--out` (default `reports/<timestamp>/`):
 
 - one PNG per plot kind, the runs overlaid and labelled `<preset> seed <seed>`: pnl_cum_usd.png, qpa.png (qpa thin,
   qpa_ema thick, the kill threshold and the warm-up step), losses.png (one panel per loss), values.png (V_dq
@@ -10,14 +11,17 @@ Reads each run folder (OUT/<code_sha>/<fold>/: config.json, diag.jsonl, summary.
 - report.md: the runs, the table and the plots. The table, one row per run, holds the status (a kill with its
   rule, step and value, like the seed's "❌ Cluster step 745: qpa=-0.93") and the values of qpa_ema, pnl_cum_usd,
   l_c51 and l_dueling at equal steps (25 %, 50 % and 100 % of the shortest run, or `--steps`), so runs are
-  compared where all of them got to; plus the held-out evaluation when there is one. It is also printed.
+  compared where all of them got to; plus the newest synthetic held-out evaluation when there is one. Then every
+  evaluation, one row each, with its market (synthetic or LOBSTER), fold or day, checkpoint and episodes; a row of
+  a real LOBSTER day says it has no oracle, is one day and lies outside the training distribution, and the notes
+  under the table say so in full. Both are also printed.
 
 A run folder is only read, never written. A key a run does not log (no dueling head: v_dq_mean and l_dueling are
 0; a market without pnl) is left out of that run's plots, and a plot no run has data for is skipped with a note.
 Long runs are binned to at most `--max-points` points per line for plotting; the table reads the exact lines.
 
 Plain functions for tests and notebooks: `load_run(run_dir) -> Run`, `runs_table(runs, steps=None) -> str`,
-`table_rows(runs, steps)`, `write_report(runs, out_dir) -> list[Path]`.
+`table_rows(runs, steps)`, `evaluations_table(runs) -> str`, `write_report(runs, out_dir) -> list[Path]`.
 """
 
 from __future__ import annotations
@@ -37,13 +41,23 @@ import numpy as np
 
 from actors.kill_rules import RULE_DUELING, RULE_NON_FINITE, RULE_PNL, RULE_QPA, KillConfig
 from actors.monitor import DIAG_FILE, SUMMARY_FILE, DiagFileError, read_diag
+from foxhunt_ray.evaluations import (
+    LOBSTER,
+    SYNTHETIC,
+    Evaluation,
+    EvaluationRecordError,
+    caveat,
+    day_of,
+    newest_synthetic,
+    read_evaluations,
+    short_caveat,
+)
 from learner.diag import LOSS_KEYS
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 CONFIG_FILE = "config.json"
-EVALUATION_FILE = "evaluation.json"
 REPORT_FILE = "report.md"
 RUN_FILES = (DIAG_FILE, SUMMARY_FILE, CONFIG_FILE)
 """A folder holding any of these is a run folder: a report is never written into one."""
@@ -84,6 +98,9 @@ class Run:
     present: dict[str, np.ndarray] = field(repr=False)
     """diag key -> bool per step line: the line carries a number under that key."""
     evaluation: dict | None = None
+    """The newest synthetic evaluation record (the runs table's held-out columns), or None."""
+    evaluations: list[Evaluation] = field(default_factory=list)
+    """Every evaluation record of the run folder, of any market (the evaluations table)."""
     torn_tail: bool = False
     """The diag.jsonl ends in a partial line (a crash mid-write); read_diag skipped it."""
 
@@ -200,12 +217,11 @@ def load_run(run_dir: str | Path) -> Run:
     kills = [r for r in records if r.get("event") == "kill"]
     config = _read_json(path / CONFIG_FILE, "config.json", "pass a run folder the driver wrote")
     summary = _read_json(path / SUMMARY_FILE, "summary.json", "re-run or resume the run, or delete the file")
-    evaluation = _read_json(path / EVALUATION_FILE, "evaluation.json", f"re-run python -m foxhunt_ray.evaluate {path}")
-    if evaluation is not None and not isinstance(evaluation.get("policies", {}), dict):
-        raise ReportError(
-            f"{path / EVALUATION_FILE}: 'policies' must be an object of policy -> results; "
-            f"re-run python -m foxhunt_ray.evaluate {path}"
-        )
+    try:
+        evaluations = read_evaluations(path)
+    except EvaluationRecordError as err:
+        raise ReportError(str(err)) from None
+    synthetic = newest_synthetic(evaluations)
     run_cfg = (config or {}).get("run") or {}
     first = step_lines[0]
     kill = kills[-1] if kills else None
@@ -228,7 +244,8 @@ def load_run(run_dir: str | Path) -> Run:
         steps=steps,
         columns=columns,
         present=present,
-        evaluation=evaluation,
+        evaluation=synthetic.record if synthetic is not None else None,
+        evaluations=evaluations,
         torn_tail=bool(torn),
     )
 
@@ -348,7 +365,8 @@ def status_cell(run: Run) -> str:
 
 
 def _evaluation(run: Run) -> tuple[float | None, float | None, int | None]:
-    """(held-out agent pnl_usd_mean, oracle_fraction, checkpoint_step) of evaluation.json; None where absent."""
+    """(held-out agent pnl_usd_mean, oracle_fraction, checkpoint_step) of the newest synthetic evaluation; None
+    where absent."""
     ev = run.evaluation or {}
 
     def num(v) -> float | None:
@@ -361,7 +379,7 @@ def _evaluation(run: Run) -> tuple[float | None, float | None, int | None]:
 
 def table_rows(runs: Sequence[Run], steps: Sequence[int]) -> list[dict]:
     """One dict per run: label, preset, code, status, last_step, values {(key, step): float | None}, and the
-    evaluation (eval_pnl_usd, oracle_fraction, eval_step; None where there is none)."""
+    newest synthetic evaluation (eval_pnl_usd, oracle_fraction, eval_step; None where there is none)."""
     rows = []
     for r in runs:
         pnl, frac, ev_step = _evaluation(r)
@@ -395,7 +413,7 @@ def runs_table(runs: Sequence[Run], steps: Sequence[int] | None = None) -> str:
     with_eval = any(r.evaluation is not None for r in runs)
     head = ["run", "preset", "code_sha", "status", "last step"] + [f"{k}@{s}" for k in TABLE_KEYS for s in steps]
     if with_eval:
-        head += ["held-out agent PnL", "oracle fraction", "eval ckpt"]
+        head += [SYNTHETIC_PNL, "oracle fraction", "eval ckpt"]
     align = ["---"] * 4 + ["---:"] * (len(head) - 4)
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join(align) + "|"]
     for row in rows:
@@ -409,6 +427,83 @@ def runs_table(runs: Sequence[Run], steps: Sequence[int] | None = None) -> str:
             ]
         lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+SYNTHETIC_PNL = "synthetic held-out agent PnL"
+"""The runs table's column: the newest synthetic evaluation only (a LOBSTER day's figure is never put there)."""
+EVALUATION_COLUMNS = (
+    "run",
+    "market",
+    "fold / day",
+    "ckpt",
+    "episodes × steps",
+    "agent PnL ± sem",
+    "agent sharpe",
+    "best baseline",
+    "oracle PnL",
+    "oracle fraction",
+    "caveat",
+)
+NO_ORACLE = "no oracle"
+
+
+def _pnl(value) -> str:
+    return format_value("pnl_usd", float(value)) if isinstance(value, int | float) else MISSING
+
+
+def evaluation_cells(run: Run, ev: Evaluation) -> dict[str, str]:
+    """One row of the evaluations table: EVALUATION_COLUMNS -> cell text."""
+    rec, market = ev.record, ev.market
+    policies = rec.get("policies") or {}
+    agent = policies.get("agent") or {}
+    baselines = {n: m.get("pnl_usd_mean") for n, m in policies.items() if n not in ("agent", "oracle")}
+    baselines = {n: v for n, v in baselines.items() if isinstance(v, int | float)}
+    best = max(baselines, key=baselines.get) if baselines else None
+    sharpe, frac = agent.get("sharpe"), rec.get("oracle_fraction")
+    no_oracle = market == LOBSTER
+    return {
+        "run": run.label,
+        "market": {SYNTHETIC: "synthetic", LOBSTER: "LOBSTER (real day)"}.get(market, "unknown"),
+        "fold / day": day_of(rec),
+        "ckpt": str(rec.get("checkpoint_step", MISSING)),
+        "episodes × steps": f"{rec.get('episodes', '?')} × {rec.get('horizon', '?')}",
+        "agent PnL ± sem": f"{_pnl(agent.get('pnl_usd_mean'))} ± {_pnl(agent.get('pnl_usd_sem')).lstrip('$')}",
+        "agent sharpe": f"{sharpe:.3f}" if isinstance(sharpe, int | float) else MISSING,
+        "best baseline": f"{best} {_pnl(baselines[best])}" if best else MISSING,
+        "oracle PnL": NO_ORACLE if no_oracle else _pnl((policies.get("oracle") or {}).get("pnl_usd_mean")),
+        "oracle fraction": NO_ORACLE if no_oracle else (f"{frac:.3f}" if isinstance(frac, int | float) else MISSING),
+        "caveat": short_caveat(rec),
+    }
+
+
+def evaluations_table(runs: Sequence[Run]) -> str:
+    """Every evaluation of every run, one row each with its market; '' when no run has one. Under the table, a
+    note when synthetic and LOBSTER rows stand together, and each LOBSTER row's caveat in full."""
+    if any(not r.label for r in runs):
+        label_runs(runs)
+    pairs = [(r, ev) for r in runs for ev in r.evaluations]
+    if not pairs:
+        return ""
+    order = {SYNTHETIC: 0, LOBSTER: 1}
+    pairs.sort(key=lambda p: (runs.index(p[0]), order.get(p[1].market, 2), str(p[1].record.get("created", ""))))
+    lines = ["| " + " | ".join(EVALUATION_COLUMNS) + " |", "|" + "|".join(["---"] * 4 + ["---:"] * 6 + ["---"]) + "|"]
+    for r, ev in pairs:
+        cells = evaluation_cells(r, ev)
+        lines.append("| " + " | ".join(_cell(cells[c]) for c in EVALUATION_COLUMNS) + " |")
+    markets = {ev.market for _, ev in pairs}
+    notes = []
+    if SYNTHETIC in markets and len(markets) > 1:
+        notes.append(
+            "Rows of different markets are not comparable: a synthetic held-out PnL and a LOBSTER-day PnL are in "
+            "different contracts and units; compare each row with its own baselines."
+        )
+    for r, ev in pairs:
+        text = caveat(ev.record)
+        if text:
+            notes.append(f"{r.label}, `{ev.path.name}`: {text}")
+        elif ev.market not in order:
+            notes.append(f"{r.label}, `{ev.path}`: no market recorded; re-run python -m foxhunt_ray.evaluate {r.path}")
+    return "\n".join(lines) + "\n" + "".join(f"\n- {n}" for n in notes) + ("\n" if notes else "")
 
 
 # --------------------------------------------------------------------------------------------------------- plots
@@ -679,6 +774,15 @@ def report_markdown(runs: Sequence[Run], steps: Sequence[int], plots: Sequence[P
         "",
         table,
     ]
+    evaluations = evaluations_table(runs)
+    if evaluations:
+        lines += [
+            "## Evaluations",
+            "",
+            "Every evaluation record of the runs (`python -m foxhunt_ray.evaluate`), with the market it played.",
+            "",
+            evaluations,
+        ]
     for p in plots:
         lines += [f"![{p.stem}]({p.name})", ""]
     return "\n".join(lines)
@@ -756,6 +860,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     print()
     print(runs_table(runs, steps), end="", flush=True)
+    evaluations = evaluations_table(runs)
+    if evaluations:
+        print("\nevaluations:\n" + evaluations, end="", flush=True)
     print(f"\nreport {out / REPORT_FILE}", flush=True)
     return 0
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from actors.rollout import book_seed
-from foxhunt_ray import driver
+from foxhunt_ray import driver, report
 from foxhunt_ray.evaluate import (
     AGENT,
     METRIC_KEYS,
@@ -33,6 +33,7 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 AMZN_1 = Path("/work/shared/data/lobster/LOBSTER_SampleFile_AMZN_2012-06-21_1.zip")
 EPISODES = 8
 TOP_KEYS = {"run_dir", "checkpoint", "checkpoint_step", "fold", "market", "episodes", "eval_seed", "policies"}
+TOP_KEYS |= {"created", "seed_origin", "trained_on", "held_out", "horizon", "policy_head", "caveat"}
 
 
 @pytest.fixture(scope="module")
@@ -50,6 +51,7 @@ def _copy(run_dir: Path, tmp_path: Path) -> Path:
     dst = tmp_path / "run"
     shutil.copytree(run_dir, dst)
     (dst / "evaluation.json").unlink(missing_ok=True)
+    shutil.rmtree(dst / "evaluations", ignore_errors=True)
     return dst
 
 
@@ -65,7 +67,10 @@ def test_evaluation_json_has_every_key_and_the_agent_beside_each_baseline(run_di
     result = evaluate_run(run_dir, episodes=EPISODES, progress=lines.append)
     saved = json.loads((run_dir / "evaluation.json").read_text())
     assert saved == json.loads(json.dumps(result))
+    record = run_dir / "evaluations" / f"synthetic-fold0-step00000008-{EPISODES}ep-h{result['horizon']}-pi.json"
+    assert json.loads(record.read_text()) == saved  # its own record; evaluation.json is the newest synthetic copy
     assert TOP_KEYS | {"oracle_fraction"} <= set(saved)
+    assert (saved["seed_origin"], saved["trained_on"], saved["caveat"]) == ("heldout_seed(fold)", "synthetic", None)
     assert saved["checkpoint_step"] == 8 and saved["checkpoint"].endswith("ckpt_00000008.pt")
     assert (saved["market"], saved["fold"], saved["episodes"]) == ("synthetic", 0, EPISODES)
     assert saved["eval_seed"] == heldout_seed(0)
@@ -209,7 +214,11 @@ def test_evaluation_on_a_lobster_day(run_dir, tmp_path):
     out = tmp_path / "lobster.json"
     result = evaluate_run(run_dir, episodes=EPISODES, lobster_path=AMZN_1, horizon=100, out=out)
     assert json.loads(out.read_text()) == json.loads(json.dumps(result))
-    assert result["market"] == f"lobster:{AMZN_1.name}" and result["horizon"] == 100 and result["held_out"]
+    assert result["market"] == "lobster" and result["horizon"] == 100 and result["held_out"]
+    day = result["lobster"]
+    assert (day["file"], day["symbol"], day["date"], day["levels"]) == (AMZN_1.name, "AMZN", "2012-06-21", 1)
+    for words in ("no oracle", "one day", "out of the training distribution", "synthetic market"):
+        assert words in result["caveat"], words
     assert list(result["policies"]) == [AGENT, "flat", "random", "imbalance"]  # no latent regime, no oracle
     assert result["oracle_fraction"] is None
     for m in result["policies"].values():
@@ -217,6 +226,70 @@ def test_evaluation_on_a_lobster_day(run_dir, tmp_path):
     assert result["policies"]["flat"]["pnl_usd_mean"] == 0
     assert result["policies"]["random"]["turnover"] > 0
     assert not (run_dir / "lobster.json").exists()
+
+
+@pytest.mark.skipif(not AMZN_1.exists(), reason="LOBSTER sample data not present")
+def test_a_lobster_day_keeps_its_own_record_beside_the_synthetic_one_and_the_report_tells_them_apart(
+    run_dir, tmp_path, capsys
+):
+    """Issue 13 item 5: `evaluate --lobster` used to overwrite the synthetic evaluation.json without a word."""
+    run = _copy(run_dir, tmp_path)
+    assert main([str(run), "--episodes", "4", "--quiet"]) == 0
+    synthetic_out = capsys.readouterr().out
+    assert "market synthetic, fold 0 held-out day, 4 episodes" in synthetic_out and "caveat" not in synthetic_out
+    legacy = (run / "evaluation.json").read_bytes()
+    assert main([str(run), "--episodes", "4", "--lobster", str(AMZN_1), "--horizon", "50", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "market LOBSTER day AMZN 2012-06-21" in out
+    caveat = next(line for line in out.splitlines() if line.startswith("caveat: "))
+    for words in ("no oracle", "one day", "out of the training distribution"):
+        assert words in caveat, words
+    assert "evaluation.json, the newest synthetic evaluation, is left as it was" in out
+    assert (run / "evaluation.json").read_bytes() == legacy  # the synthetic evaluation is not overwritten
+    records = sorted(p.name for p in (run / "evaluations").iterdir())
+    assert records == [
+        "lobster-LOBSTER_SampleFile_AMZN_2012-06-21_1-step00000008-4ep-h50-pi.json",
+        f"synthetic-fold0-step00000008-4ep-h{json.loads(legacy)['horizon']}-pi.json",
+    ]
+    assert all(f"wrote {run / 'evaluations' / name}" in out or name.startswith("synthetic") for name in records)
+
+    loaded = report.load_run(run)
+    report.label_runs([loaded])
+    assert [ev.market for ev in loaded.evaluations] == ["lobster", "synthetic"]
+    assert loaded.evaluation == json.loads(legacy)  # the runs table's held-out columns: the synthetic one only
+    runs_row = report.table_rows([loaded], [1])[0]
+    assert runs_row["eval_pnl_usd"] == json.loads(legacy)["policies"]["agent"]["pnl_usd_mean"]
+    table, _, notes = report.evaluations_table([loaded]).partition("\n\n")
+    head, _, *rows = [[c.strip() for c in line.strip("|").split(" | ")] for line in table.splitlines()]
+    rows = [dict(zip(head, row, strict=True)) for row in rows]
+    assert [(r["market"], r["fold / day"], r["ckpt"]) for r in rows] == [
+        ("synthetic", "fold 0 held-out", "8"),
+        ("LOBSTER (real day)", "AMZN 2012-06-21", "8"),
+    ]
+    assert rows[1]["oracle PnL"] == rows[1]["oracle fraction"] == "no oracle"
+    assert rows[1]["caveat"] == "⚠ no oracle · one day · outside the training distribution"
+    assert rows[0]["caveat"] == "" and rows[0]["oracle PnL"].startswith("$")
+    assert "not comparable" in notes and "no oracle" in notes and "one day" in notes
+    # the markdown report carries the same table and notes
+    (md,) = [p for p in report.write_report([loaded], tmp_path / "rep", log=lambda _: None) if p.suffix == ".md"]
+    assert table in md.read_text() and "out of the training distribution" in md.read_text()
+
+
+def test_a_damaged_record_is_left_alone_and_named_by_the_report(run_dir, tmp_path, capsys):
+    run = _copy(run_dir, tmp_path)
+    (run / "evaluations").mkdir()
+    damaged = run / "evaluations" / "synthetic-fold0-step00000004-2ep-h9-pi.json"
+    damaged.write_text("{half a rec")
+    assert main([str(run), "--episodes", "2", "--quiet"]) == 0
+    assert damaged.read_text() == "{half a rec"  # a new evaluation never touches another record
+    assert len(list((run / "evaluations").iterdir())) == 2
+    with pytest.raises(report.ReportError) as err:
+        report.load_run(run)
+    assert str(damaged) in str(err.value) and "not a readable evaluation record" in str(err.value)
+    assert "re-run python -m foxhunt_ray.evaluate" in str(err.value) and "move the file out of" in str(err.value)
+    damaged.write_text(json.dumps({"market": "mars", "policies": {}}))
+    with pytest.raises(report.ReportError, match=r"market='mars' is neither 'synthetic' nor 'lobster'"):
+        report.load_run(run)
 
 
 # ---- bad input ----------------------------------------------------------------------------------------------

@@ -174,6 +174,7 @@ def test_evaluation_json_adds_held_out_columns(run_dirs, tmp_path):
     with_eval = copy_run(run_dirs["done0"], tmp_path / "e" / "0")
     evaluation = {
         "checkpoint_step": 40,
+        "market": "synthetic",
         "policies": {"agent": {"pnl_usd_mean": 1234.4}, "oracle": {"pnl_usd_mean": 4937.6}},
         "oracle_fraction": 0.25,
     }
@@ -181,9 +182,53 @@ def test_evaluation_json_adds_held_out_columns(run_dirs, tmp_path):
     runs = [load_run(with_eval), load_run(run_dirs["done1"])]
     report.label_runs(runs)
     ev, plain = table_cells(runs_table(runs))
-    assert (ev["held-out agent PnL"], ev["oracle fraction"], ev["eval ckpt"]) == ("$1,234", "0.250", "40")
-    assert (plain["held-out agent PnL"], plain["oracle fraction"]) == (MISSING, MISSING)
-    assert "held-out agent PnL" not in runs_table([load_run(run_dirs["done1"])])  # no evaluation: no columns
+    assert (ev[report.SYNTHETIC_PNL], ev["oracle fraction"], ev["eval ckpt"]) == ("$1,234", "0.250", "40")
+    assert (plain[report.SYNTHETIC_PNL], plain["oracle fraction"]) == (MISSING, MISSING)
+    assert report.SYNTHETIC_PNL not in runs_table([load_run(run_dirs["done1"])])  # no evaluation: no columns
+    (row,) = table_cells(report.evaluations_table(runs).partition("\n\n")[0])
+    assert (row["market"], row["oracle PnL"], row["oracle fraction"]) == ("synthetic", "$4,938", "0.250")
+    assert row["caveat"] == ""
+    assert report.evaluations_table([runs[1]]) == ""
+
+
+def test_an_old_run_folder_whose_evaluation_json_is_a_lobster_day(run_dirs, tmp_path):
+    """Older code's `evaluate --lobster` overwrote evaluation.json with a LOBSTER day ('lobster:<file>'): the report
+    keeps that figure out of the synthetic held-out column and tables it as a LOBSTER day without an oracle."""
+    old = copy_run(run_dirs["done0"], tmp_path / "old" / "0")
+    evaluation = {
+        "checkpoint_step": 0,
+        "market": "lobster:LOBSTER_SampleFile_AMZN_2012-06-21_1.zip",
+        "fold": 0,
+        "held_out": True,
+        "episodes": 64,
+        "horizon": 1000,
+        "policies": {
+            "agent": {"pnl_usd_mean": 760.2, "pnl_usd_sem": 90.0, "sharpe": 2.17},
+            "flat": {"pnl_usd_mean": 0},
+        },
+        "oracle_fraction": None,
+    }
+    (old / "evaluation.json").write_text(json.dumps(evaluation))
+    synthetic = copy_run(run_dirs["done1"], tmp_path / "syn" / "0")
+    (synthetic / "evaluation.json").write_text(
+        json.dumps({"checkpoint_step": 20, "market": "synthetic", "policies": {"agent": {"pnl_usd_mean": -5.0}}})
+    )
+    runs = [load_run(old), load_run(synthetic)]
+    report.label_runs(runs)
+    assert runs[0].evaluation is None and [e.market for e in runs[0].evaluations] == ["lobster"]
+    lobster_run, synthetic_run = table_cells(runs_table(runs))
+    assert lobster_run[report.SYNTHETIC_PNL] == MISSING and synthetic_run[report.SYNTHETIC_PNL] == "$-5"
+    table, _, notes = report.evaluations_table(runs).partition("\n\n")
+    day, syn = table_cells(table)
+    assert (day["market"], day["fold / day"], day["agent PnL ± sem"], day["agent sharpe"]) == (
+        "LOBSTER (real day)",
+        "AMZN 2012-06-21",
+        "$760 ± 90",
+        "2.170",
+    )
+    assert day["oracle PnL"] == day["oracle fraction"] == "no oracle" and day["caveat"].startswith("⚠ no oracle")
+    assert syn["market"] == "synthetic"
+    assert "not comparable" in notes and "one day" in notes and "out of the training distribution" in notes
 
 
 def test_cli_prints_progress_and_the_table(run_dirs, tmp_path, capsys):
@@ -239,8 +284,15 @@ def test_bad_inputs_exit_1_naming_the_path_and_the_fix(run_dirs, tmp_path, capsy
     bad_eval = copy_run(run_dirs["done1"], tmp_path / "badeval" / "0")
     (bad_eval / "evaluation.json").write_text("{not json")
     err = fails(str(bad_eval))
-    assert f"{bad_eval / 'evaluation.json'}: evaluation.json is not readable JSON" in err
+    assert f"{bad_eval / 'evaluation.json'}: not a readable evaluation record" in err
     assert "python -m foxhunt_ray.evaluate" in err
+    (bad_eval / "evaluation.json").unlink()
+    (bad_eval / "evaluations").mkdir()
+    (bad_eval / "evaluations" / "synthetic-fold0.json").write_text(json.dumps({"policies": {"agent": 3}}))
+    before = snapshot(bad_eval)
+    err = fails(str(bad_eval))
+    assert f"{bad_eval / 'evaluations' / 'synthetic-fold0.json'}: 'policies' must be an object" in err
+    assert "move the file out of" in err and snapshot(bad_eval) == before
 
 
 def test_same_preset_and_seed_get_told_apart(run_dirs, tmp_path):
