@@ -101,7 +101,8 @@ class Progress:
         if done <= 0:
             return "?"
         left = elapsed * (1 - done) / done
-        return f"{left / 60:.0f}m{left % 60:02.0f}s" if left >= 60 else f"{left:.0f}s"
+        left = round(left)
+        return f"{left // 60}m{left % 60:02d}s" if left >= 60 else f"{left}s"
 
 
 def worker_seed(plan: Plan) -> int:

@@ -360,3 +360,11 @@ def test_progress_bar_shows_the_share_done_and_the_time_left(tmp_path):
     p.start -= 10.0
     p.show({"step": 5, "env_steps": 0, "qpa_ema": 0.0, "pnl_cum_usd": 0.0})
     assert " 25% update 5/1000000" in log.getvalue() and "ETA 30s" in log.getvalue()  # the time limit sets the pace
+
+
+def test_progress_eta_rounds_whole_seconds_before_splitting_minutes():
+    from foxhunt_ray.loops import Progress
+
+    assert Progress._eta(0.5, 119.4) == "1m59s"  # was "2m59s": the minutes rounded up, the seconds not
+    assert Progress._eta(0.5, 59.6) == "1m00s" and Progress._eta(0.5, 59.4) == "59s"
+    assert Progress._eta(0.25, 60.0) == "3m00s" and Progress._eta(0.0, 5.0) == "?"
