@@ -23,6 +23,24 @@ from lobsim_env import ENV_ID
 from lobsim_env.config import MarketConfig
 
 
+def market_reward_scale(market: MarketConfig) -> float:
+    """learner.reward_scale='auto' on the market: 2 / (usd_per_tick x position_limit). One scaled unit is the reward
+    of the smallest move of the agent's mark at the largest position it may hold: equity is marked at the mid,
+    which moves in half ticks, so at position_limit contracts that move is worth position_limit x usd_per_tick / 2
+    USD ($31.25 on the default market: 0.032).
+
+    Why that unit: a step's reward is the change of the marked equity, position x mid move x usd_per_tick, less
+    fees. On the default market the 90th percentile of |reward| a step is exactly that $31.25 for the oracle and
+    the imbalance policy (the 99th: one tick, $62.5), and the 90th percentile of the oracle's discounted returns
+    (gamma 0.99) is $312 (imbalance: $225): 10 scaled units, the edge of the C51 support [v_min, v_max] =
+    [-10, 10], so nine of its returns in ten fit it and the rest are clipped to its edge (32 books x 1,000 steps
+    measured). The sweep (BENCHMARKS.md, "Learning quality") found 0.04 to learn and 0.1 not (at 0.1 more than
+    half of the oracle's returns lie beyond the support: their median |G| is $123); a one-tick unit (0.016) did
+    worse than 0.04 on the one seed tried ("The main job on a 2-core box (issue 13)"). The same rule scales a
+    LOBSTER replay (usd_per_tick 0.01 a share) to its own units."""
+    return 2.0 / (market.usd_per_tick * market.position_limit)
+
+
 class ConfigError(ValueError):
     """A config with one or more bad values; `errors` lists each, naming the value and the fix."""
 
@@ -37,6 +55,13 @@ class RunConfig:
 
     preset: str = "plan_a_v2"
     """Name of the preset this config started from (foxhunt_ray.presets)."""
+    settings: str | None = None
+    """Name of the settings group (learning rates, reward scale) the preset was built with: 'learn' or 'seed'
+    (foxhunt_ray.presets.SETTINGS); a label, the values are the learner's fields. None: not recorded."""
+    sizing: str | None = None
+    """Name of the sizing (widths, batch shapes) the preset was built with: 'gpu', 'cpu' or 'smoke'
+    (foxhunt_ray.presets.SIZINGS); a label, the values are the learner's and rollout's fields. None: not
+    recorded."""
     seed: int = 0
     """Base seed: rollout worker i seeds its books with seed + i; the learner uses seed."""
     env_id: str = ENV_ID
@@ -63,8 +88,9 @@ class RunConfig:
             errs.append(f'env_kwargs={self.env_kwargs!r} must be a JSON object, e.g. {{"max_episode_steps": 200}}')
         elif self.env_kwargs and isinstance(self.env_id, str) and is_market(self.env_id):
             errs.append(f"env_kwargs={self.env_kwargs!r} is for other envs: set the market's fields (market.*)")
+        resolved = self.resolved() if isinstance(self.env_id, str) else self
         for name in ("market", "learner", "rollout", "kill"):
-            errs += [e if e.startswith(f"{name}.") else f"{name}.{e}" for e in getattr(self, name).errors()]
+            errs += [e if e.startswith(f"{name}.") else f"{name}.{e}" for e in getattr(resolved, name).errors()]
         m, b = self.learner.minibatch_envs, self.rollout.num_envs
         if not errs and m and b % m:
             errs.append(
@@ -73,11 +99,20 @@ class RunConfig:
             )
         return errs
 
+    def resolved(self) -> RunConfig:
+        """This config with learner.reward_scale='auto' replaced by its number: market_reward_scale(market) on the
+        market, 1.0 on any other env (rewards as the env gives them). A number is kept as it is."""
+        if self.learner.reward_scale != "auto":
+            return self
+        market_ok = is_market(self.env_id) and not self.market.errors()
+        scale = market_reward_scale(self.market) if market_ok else 1.0
+        return dataclasses.replace(self, learner=dataclasses.replace(self.learner, reward_scale=scale))
+
     def validate(self) -> RunConfig:
-        """Returns self when valid; raises ConfigError listing every problem otherwise."""
+        """Returns the config resolved (`resolved()`) when valid; raises ConfigError listing every problem."""
         if errs := self.errors():
             raise ConfigError(errs)
-        return self
+        return self.resolved()
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -160,7 +195,8 @@ def _coerce(tp: Any, value: Any, path: str, errs: list[str]) -> Any:
             out = _coerce(option, value, path, trial)
             if not trial:
                 return out
-        errs.append(f"{path}={value!r} must be one of {[getattr(o, '__name__', str(o)) for o in options]}")
+        names = [_option_name(o) for o in options]
+        errs.append(f"{path}={value!r} must be one of: {', '.join(names)}")
         return None
     if origin is typing.Literal:
         if value not in typing.get_args(tp):
@@ -180,6 +216,15 @@ def _coerce(tp: Any, value: Any, path: str, errs: list[str]) -> Any:
         errs.append(f"{path}={value!r} must be {tp.__name__}, got {type(value).__name__}")
         return None
     return value
+
+
+def _option_name(tp: Any) -> str:
+    """A type as an error message names it: float, null, or a Literal's values ('auto')."""
+    if tp is type(None):
+        return "null"
+    if typing.get_origin(tp) is typing.Literal:
+        return ", ".join(map(repr, typing.get_args(tp)))
+    return getattr(tp, "__name__", str(tp))
 
 
 def _join(path: str, key: str) -> str:

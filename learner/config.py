@@ -51,8 +51,10 @@ class LearnerConfig:
     """n of the n-step returns stored in replay for C51, IQN and the dueling head."""
     gae_lambda: float = 0.95
     """lambda of GAE."""
-    reward_scale: float = 1.0
-    """Rewards (USD) are multiplied by this before learning, so returns fit the C51 support."""
+    reward_scale: float | Literal["auto"] = 1.0
+    """Rewards are multiplied by this before learning, so returns fit the C51 support. 'auto': derived from the
+    market's units when the RunConfig is built (foxhunt_ray.config.market_reward_scale; 1.0 for other envs), and
+    recorded there as the number; a Learner needs the number."""
     minibatch_envs: int = 0
     """Split each rollout's B envs into minibatches of this many envs (whole trajectories), one learner step each,
     in order (0: the whole rollout is one step). Smaller steps, more of them per env step: what lets one GPU
@@ -154,7 +156,6 @@ class LearnerConfig:
             "ensemble_w",
             "gamma",
             "gae_lambda",
-            "reward_scale",
             "ppo_clip",
             "entropy_coef",
             "value_coef",
@@ -170,6 +171,21 @@ class LearnerConfig:
             "polyak_tau",
         )
         bad = set()
+        if self.reward_scale == "auto":
+            need(
+                False,
+                "reward_scale",
+                "must be resolved to a number before a Learner is built: a RunConfig does it from its market "
+                "(foxhunt_ray.config), or give a number > 0",
+            )
+            bad.add("reward_scale")
+        elif (
+            isinstance(self.reward_scale, bool)
+            or not isinstance(self.reward_scale, (int, float))
+            or not math.isfinite(self.reward_scale)
+        ):
+            need(False, "reward_scale", "must be a finite number > 0 or 'auto' (derived from the market's units)")
+            bad.add("reward_scale")
         for name in floats:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
