@@ -36,9 +36,9 @@ from actors.learner_worker import list_checkpoints
 from actors.monitor import DIAG_FILE, DiagFileError, Monitor, load_baseline, read_diag, step_records
 from actors.rollout import EnvSpaces, is_market, probe_env
 from foxhunt_ray import provenance
-from foxhunt_ray.config import ConfigError, RunConfig, apply_overrides, from_dict
+from foxhunt_ray.config import ConfigError, RunConfig, apply_overrides, from_dict, market_reward_scale
 from foxhunt_ray.loops import Hook, Progress, run_ray, run_serial
-from foxhunt_ray.presets import PRESET_NAMES, run_preset
+from foxhunt_ray.presets import PRESET_NAMES, SETTINGS, SIZINGS, run_preset
 from lobsim_env import ENV_ID
 
 CONFIG_FILE = "config.json"
@@ -96,9 +96,43 @@ class DriverConfig:
         return self.time_limit_s > 0 and time.monotonic() - start >= self.time_limit_s
 
 
-def parse_args(argv: list[str] | None, prog: str) -> argparse.Namespace:
+@dataclass(kw_only=True, frozen=True)
+class EntryDefaults:
+    """What an entry point does with a flag left out: foxhunt_ray.job keeps DriverConfig's and the presets' own
+    (plan_a_v2, 200 updates, 2 rollout workers, sizing gpu); foxhunt_ray.local runs phase4_3 for a time budget
+    at the size this machine trains (foxhunt_ray.local.LOCAL_DEFAULTS)."""
+
+    preset: str = "plan_a_v2"
+    """--preset left out."""
+    sizing: str = "gpu"
+    """--sizing left out: 'gpu', 'cpu', or 'auto' (cpu when torch sees no CUDA device, else gpu)."""
+    rollout_workers: int = 2
+    """--rollout-workers left out."""
+    steps: int = 200
+    """--steps left out."""
+    time_limit_s: float = 0.0
+    """--time-limit-s left out, and --steps left out too (a run given its steps has no budget unless asked)."""
+
+
+def parse_args(argv: list[str] | None, prog: str, defaults: EntryDefaults | None = None) -> argparse.Namespace:
+    d = defaults or EntryDefaults()
+    budget = f"{d.time_limit_s:g} s when --steps is left out, else none" if d.time_limit_s else "none"
     p = argparse.ArgumentParser(prog=prog, description="Train foxhunt_ray: rollout workers, learner, monitor.")
-    p.add_argument("--preset", choices=PRESET_NAMES, default=None, help="named config (default plan_a_v2)")
+    p.add_argument("--preset", choices=PRESET_NAMES, default=None, help=f"named config (default {d.preset})")
+    p.add_argument(
+        "--settings",
+        choices=tuple(SETTINGS),
+        default=None,
+        help="learning rates and reward scale: learn (default: lr 3e-3, reward_scale from the market's units) or "
+        "seed (the seed's lr 2.5e-4, reward_scale 1); foxhunt_ray/presets.py",
+    )
+    p.add_argument(
+        "--sizing",
+        choices=("auto", *SIZINGS),
+        default=None,
+        help="widths and batch shapes: gpu (H 512, the presets' production size) or cpu (H 128, what a 2-core CPU "
+        f"trains); auto: cpu when torch sees no CUDA device, else gpu (default {d.sizing})",
+    )
     p.add_argument(
         "--env-id",
         default=None,
@@ -106,8 +140,8 @@ def parse_args(argv: list[str] | None, prog: str) -> argparse.Namespace:
         help=f"Gymnasium env id (default {ENV_ID}, the market): any registered id with a 1-D Box observation and "
         "a Discrete action space, e.g. CartPole-v1; 'module:Id' imports module first",
     )
-    p.add_argument("--steps", type=int, default=None, help="learner updates (default 200)")
-    p.add_argument("--rollout-workers", type=int, default=None, help="rollout workers (default 2)")
+    p.add_argument("--steps", type=int, default=None, help=f"learner updates (default {d.steps:,})")
+    p.add_argument("--rollout-workers", type=int, default=None, help=f"rollout workers (default {d.rollout_workers})")
     p.add_argument("--envs-per-worker", type=int, default=None, help="books per rollout worker (rollout.num_envs)")
     p.add_argument("--fold", type=int, default=None, help="walk-forward fold (default 0)")
     p.add_argument("--seed", type=int, default=None, help="base seed (default 0)")
@@ -133,12 +167,18 @@ def parse_args(argv: list[str] | None, prog: str) -> argparse.Namespace:
         "--max-payloads-waiting", type=int, default=None, help="rollout payloads waiting for the learner, at most (4)"
     )
     p.add_argument(
-        "--time-limit-s", type=float, default=None, metavar="S", help="stop starting updates after S seconds (0: none)"
+        "--time-limit-s",
+        type=float,
+        default=None,
+        metavar="S",
+        help=f"stop starting updates after S seconds of training (0: none; default {budget})",
     )
     p.add_argument("--inject-nan-at", type=int, default=None, metavar="STEP", help="test only: NaN loss at STEP")
     p.add_argument("--flip-distill-sign", action="store_true", help="test only: distil pi towards -Q")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    args.defaults = d
+    return args
 
 
 @dataclass(kw_only=True)
@@ -155,6 +195,8 @@ class Plan:
     checkpoint: Path | None = None
     serial: bool = False
     quiet: bool = False
+    sizing_reason: str = ""
+    """Why the run has its sizing (the header says it): the flag, the entry point's default, or the device."""
 
 
 class UsageError(ValueError):
@@ -174,7 +216,13 @@ def resolve(args: argparse.Namespace) -> Plan:
     if args.resume is not None:
         return _resolve_resume(args, sha)
     errs: list[str] = []
-    config = run_preset(args.preset or "plan_a_v2")
+    defaults = getattr(args, "defaults", None) or EntryDefaults()
+    name = args.preset or defaults.preset
+    sizing, sizing_reason = _sizing(name, args.sizing, defaults.sizing)
+    try:
+        config = run_preset(name, settings=args.settings, sizing=sizing)
+    except ValueError as err:  # a sizing that does not fit the preset (smoke has its own)
+        raise UsageError(f"--sizing={args.sizing}: {err}") from None
     sets = list(args.overrides)
     if args.env_id is not None:
         sets.append(f"env_id={json.dumps(args.env_id)}")
@@ -190,10 +238,16 @@ def resolve(args: argparse.Namespace) -> Plan:
     try:
         config = apply_overrides(config, sets)
         errs += config.errors()
+        config = config.resolved()  # reward_scale 'auto' -> the number, from the market as overridden
         spaces = _probe(config, errs)
     except ConfigError as err:
         errs += err.errors
-    driver = DriverConfig(**_driver_flags(args))
+    flags = _driver_flags(args)
+    flags.setdefault("steps", defaults.steps)
+    flags.setdefault("rollout_workers", defaults.rollout_workers)
+    if args.steps is None:
+        flags.setdefault("time_limit_s", defaults.time_limit_s)
+    driver = DriverConfig(**flags)
     errs += driver.errors()
     if args.baseline is not None:
         try:
@@ -225,7 +279,46 @@ def resolve(args: argparse.Namespace) -> Plan:
         baseline=args.baseline,
         serial=args.serial,
         quiet=args.quiet,
+        sizing_reason=sizing_reason,
     )
+
+
+def _sizing(preset: str, asked: str | None, default: str) -> tuple[str | None, str]:
+    """The sizing to build `preset` with (None: the preset's own, smoke's) and why, for the header."""
+    if preset == "smoke" and asked in (None, "auto"):
+        return None, "the smoke preset's own sizes"
+    if asked not in (None, "auto"):
+        return asked, f"--sizing {asked}"
+    if default != "auto":
+        return default, "the default here; --sizing cpu for a 2-core CPU's"
+    import torch
+
+    if torch.cuda.is_available():
+        return "gpu", "torch sees a CUDA device; --sizing cpu for a 2-core CPU's"
+    return "cpu", "torch sees no CUDA device; --sizing gpu for the presets' production size"
+
+
+def describe(plan: Plan) -> str:
+    """The header's lines under the run folder: which settings and sizes run, and the budget, as values."""
+    c = plan.config
+    lrn, ro = c.learner, c.rollout
+    scale = f"reward_scale {lrn.reward_scale:g}"
+    if is_market(c.env_id) and lrn.reward_scale == market_reward_scale(c.market):
+        m = c.market
+        scale += f" (from the market: 2 / (${m.usd_per_tick:g} a tick x {m.position_limit} contracts), half a tick)"
+    settings = f"settings {c.settings or 'not recorded'}: lr {lrn.lr:g}, dueling_lr {lrn.dueling_lr:g}, {scale}"
+    why = f" ({plan.sizing_reason})" if plan.sizing_reason else ""
+    sizing = (
+        f"sizing {c.sizing or 'not recorded'}{why}: hidden_dim {lrn.hidden_dim}, q_batch_size {lrn.q_batch_size}, "
+        f"iqn_taus {lrn.iqn_taus}/{lrn.iqn_target_taus}, rollout {ro.num_envs} envs x {ro.steps_per_sample} steps, "
+        f"{plan.driver.rollout_workers} rollout worker{'s' * (plan.driver.rollout_workers != 1)}"
+    )
+    d = plan.driver
+    if d.time_limit_s:
+        budget = f"budget {d.time_limit_s:g} s of training or update {d.steps:,}, whichever comes first"
+    else:
+        budget = f"budget update {d.steps:,} (no time limit)"
+    return f"{settings}\n{sizing}\n{budget}"
 
 
 def _probe(config: RunConfig, errs: list[str]) -> EnvSpaces | None:
@@ -257,11 +350,8 @@ def _driver_flags(args: argparse.Namespace) -> dict:
 
 def _resolve_resume(args: argparse.Namespace, sha: str) -> Plan:
     run_dir = Path(args.resume)
-    fixed = [
-        f
-        for f in ("preset", "env_id", "seed", "envs_per_worker", "fold", "inject_nan_at", "baseline")
-        if getattr(args, f)
-    ]
+    config_flags = ("preset", "settings", "sizing", "env_id", "seed", "envs_per_worker", "fold", "inject_nan_at")
+    fixed = [f for f in (*config_flags, "baseline") if getattr(args, f)]
     fixed += ["set"] * bool(args.overrides) + ["flip_distill_sign"] * args.flip_distill_sign
     if fixed:
         raise UsageError(
@@ -352,10 +442,12 @@ def main(
     ray_init: Callable[[], None] | None = None,
     hook: Hook | None = None,
     after: Callable[[Plan, int], int] | None = None,
+    defaults: EntryDefaults | None = None,
 ) -> int:
     """Parse, resolve, run; returns the exit code (0 done or stopped, 3 killed, 1 error). `after(plan, code)` runs
-    once the run has ended (foxhunt_ray.local evaluates the run there) and returns the exit code."""
-    args = parse_args(argv, prog)
+    once the run has ended (foxhunt_ray.local evaluates the run there) and returns the exit code; `defaults` are
+    the entry point's for the flags left out."""
+    args = parse_args(argv, prog, defaults)
     try:
         plan = resolve(args)
         stamp = {
@@ -386,6 +478,7 @@ def main(
         f"updates {plan.resume_step}..{plan.driver.steps})",
         flush=True,
     )
+    print(describe(plan), flush=True)
     previous = _sigterm_as_interrupt()
     try:
         if plan.serial:

@@ -1,7 +1,9 @@
 """`python -m foxhunt_ray.local`: train on this machine, Ray in-process (or `--serial`: no Ray at all).
 
-The defaults (preset plan_a_v2 on the synthetic market, 200 updates, 2 rollout workers) finish in about 3 minutes
-on a 2-core laptop CPU and use a GPU for the learner when there is one. Flags: foxhunt_ray.driver
+The defaults (LOCAL_DEFAULTS): preset phase4_3 with its own settings ('learn') on the synthetic market, 240 s of
+training, sized for this machine (sizing 'cpu' when torch sees no CUDA device, else 'gpu': foxhunt_ray.presets),
+one rollout worker; with the evaluation under 5 minutes on a 2-core CPU (BENCHMARKS.md, "The main job on a 2-core
+box (issue 13)" has what it reaches). Flags: foxhunt_ray.driver
 (`--help`); docs/running.md walks through a run, its folder, resume and the exit codes. After a run that ended
 done or killed, its newest checkpoint plays the fold's held-out episodes beside the baselines
 (foxhunt_ray.evaluate, `--eval-episodes N`, default 64; `--no-eval` skips it) and the last line is
@@ -23,6 +25,16 @@ import time
 from foxhunt_ray import driver
 from foxhunt_ray.config import ConfigError, RunConfig, apply_overrides
 
+LOCAL_DEFAULTS = driver.EntryDefaults(
+    preset="phase4_3", sizing="auto", steps=1_000_000, time_limit_s=240.0, rollout_workers=1
+)
+"""What `python -m foxhunt_ray.local` does with no flags, chosen by measurement (BENCHMARKS.md, "The main job on a
+2-core box (issue 13)"): phase4_3 (the seed's last design; in the sweep it was ahead of plan_a_v2 at 5,000
+updates), one rollout worker (what every box measurement ran: on 2 cores a second one only competes with the
+learner), and a time budget rather than a step count (a 2-core CPU makes about 25 updates a second at the cpu
+sizes, a GPU host hundreds): 240 s of training, then the held-out evaluation, within 5 minutes on a 2-core box.
+`--steps N` alone runs N updates with no budget."""
+
 
 def _ray_init() -> None:
     import ray
@@ -42,13 +54,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: --eval-episodes={mine.eval_episodes} must be >= 1", file=sys.stderr)
         return 1
     after = None if mine.no_eval else functools.partial(evaluate_and_suggest, episodes=mine.eval_episodes)
-    return driver.main(rest, prog="python -m foxhunt_ray.local", ray_init=_ray_init, after=after)
+    prog = "python -m foxhunt_ray.local"
+    return driver.main(rest, prog=prog, ray_init=_ray_init, after=after, defaults=LOCAL_DEFAULTS)
 
 
 NEXT_COMMANDS = """next:
   plots and a table of the run:  {py} -m foxhunt_ray.report {run}
   a longer held-out evaluation:  {py} -m foxhunt_ray.evaluate {run} --episodes 256
-  train this run further:        {py} -m foxhunt_ray.local --resume {run} --steps {more}
+  train this run further:        {py} -m foxhunt_ray.local --resume {run} {more}
   a longer run of your own:      {py} -m foxhunt_ray.local --preset phase4_3 --steps 1000000 --time-limit-s 1800
   the same job on a cluster:     README.md, "On a Ray cluster" (ray job submit)"""
 
@@ -70,7 +83,9 @@ def evaluate_and_suggest(plan: driver.Plan, code: int, *, episodes: int) -> int:
     run = plan.run_dir
     if code not in (EXIT_OK, EXIT_KILLED):
         return code
-    suggestions = NEXT_COMMANDS.format(py=_python(), run=run, more=plan.driver.steps * 2)
+    d = plan.driver
+    more = f"--time-limit-s {d.time_limit_s * 2:g}" if d.time_limit_s else f"--steps {d.steps * 2}"
+    suggestions = NEXT_COMMANDS.format(py=_python(), run=run, more=more)
     if not is_market(plan.config.env_id):
         print(f"(no held-out evaluation: foxhunt_ray.evaluate plays the market, this run trained {plan.config.env_id})")
         print(suggestions)

@@ -1,21 +1,60 @@
 """Named configs (DESIGN.md, Presets): `run_preset(name)` is the full RunConfig, `preset(name)` its LearnerConfig.
 
-plan_a_v2 is the production baseline the seed protected through ten failed cluster runs; phase4_2 and
-phase4_3 differ from it ONLY in dueling_mode, so a comparison between them measures the dueling head alone.
-The seed's failed designs (phase2_v2, phase3_1, phase3_2, phase3_2c, phase3_1_fix) differ from it only in the
-ablation switches (c51_scalar_v, iqn_dueling, iqn_baseline).
+A run's config is three named choices, each recorded in config.json (`preset`, `settings`, `sizing`):
+
+- the preset: the experiment's structure. plan_a_v2 is the production baseline the seed protected through ten
+  failed cluster runs; phase4_2 and phase4_3 differ from it ONLY in dueling_mode, so a comparison between them
+  measures the dueling head alone. The seed's failed designs (phase2_v2, phase3_1, phase3_2, phase3_2c,
+  phase3_1_fix) differ from it only in the ablation switches (c51_scalar_v, iqn_dueling, iqn_baseline).
+- the settings group (SETTINGS): the learning rates and the reward scale. 'learn' (the default) is what learns
+  on the synthetic market: lr = dueling_lr = 3e-3, chosen by the sweep of benchmarks/learning_sweep.py (BENCHMARKS.md,
+  "Learning quality"), and reward_scale 'auto', derived from the market's units
+  (foxhunt_ray.config.market_reward_scale). 'seed' is the seed's own values (lr 2.5e-4, reward_scale 1), for
+  anyone reproducing it: in the sweep they barely moved in 13,500 updates.
+- the sizing (SIZINGS): widths and batch shapes. 'gpu' is the presets' production size (H = 512, the seed's,
+  what a GPU host trains); 'cpu' the sizes a 2-core CPU updates about 25 times a second (H = 128, the sweep's).
+  `python -m foxhunt_ray.local` picks 'cpu' when torch sees no CUDA device (`--sizing` chooses).
+
+The settings and the sizing touch the same fields of every preset, so the pairs above still differ in their
+switch alone under any of them. `smoke` is the tests' preset: its own tiny sizes (sizing 'smoke') and the seed's
+settings; it exercises every code path, it is not meant to learn.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from actors.rollout import RolloutConfig
 from foxhunt_ray.config import RunConfig
 from learner.config import LearnerConfig
 from lobsim_env.config import MarketConfig
 
-_PLAN_A_V2 = LearnerConfig(hidden_dim=512, dueling_mode="off")
+SETTINGS: dict[str, dict[str, dict[str, Any]]] = {
+    # what learns on the synthetic market (BENCHMARKS.md, "Learning quality" and "The main job on a 2-core box")
+    "learn": {"learner": {"lr": 3e-3, "dueling_lr": 3e-3, "reward_scale": "auto"}},
+    # the seed's values (its GPU production runs)
+    "seed": {"learner": {"lr": 2.5e-4, "dueling_lr": 2.5e-4, "reward_scale": 1.0}},
+}
+"""Settings groups: section -> field -> value, applied on top of a preset (`run_preset(name, settings=...)`)."""
+
+SIZINGS: dict[str, dict[str, dict[str, Any]]] = {
+    # the production size, the seed's: H = 512, replay batch 1024, 32/32 IQN taus, 16 books x 64 steps a rollout
+    "gpu": {
+        "learner": {"hidden_dim": 512, "q_batch_size": 1024, "iqn_taus": 32, "iqn_target_taus": 32},
+        "rollout": {"num_envs": 16, "steps_per_sample": 64},
+    },
+    # what a 2-core CPU trains at about 25 updates a second: one update's rollout is 64 books x 16 steps
+    "cpu": {
+        "learner": {"hidden_dim": 128, "q_batch_size": 256, "iqn_taus": 16, "iqn_target_taus": 16},
+        "rollout": {"num_envs": 64, "steps_per_sample": 16},
+    },
+}
+"""Sizings: section -> field -> value, applied on top of a preset (`run_preset(name, sizing=...)`)."""
+
+SIZING_NAMES: tuple[str, ...] = (*SIZINGS, "smoke")
+
+_PLAN_A_V2 = LearnerConfig(dueling_mode="off")
 
 _PRESETS: dict[str, LearnerConfig] = {
     # C51 + IQN aux + pi + V_scalar: the production baseline.
@@ -54,28 +93,49 @@ _PRESETS: dict[str, LearnerConfig] = {
 PRESET_NAMES: tuple[str, ...] = tuple(_PRESETS)
 
 
-def preset(name: str) -> LearnerConfig:
-    """The LearnerConfig of preset `name`; raises ValueError listing the valid names otherwise."""
+def _check(name: str, settings: str | None, sizing: str | None) -> None:
     if name not in _PRESETS:
         raise ValueError(f"unknown preset {name!r}; valid presets: {list(PRESET_NAMES)}")
-    return _PRESETS[name]
+    if settings is not None and settings not in SETTINGS:
+        raise ValueError(f"unknown settings {settings!r}; valid settings: {list(SETTINGS)}")
+    if sizing is not None and sizing not in SIZING_NAMES:
+        raise ValueError(f"unknown sizing {sizing!r}; valid sizings: {list(SIZING_NAMES)}")
+    if name == "smoke" and sizing not in (None, "smoke"):
+        raise ValueError(f"sizing {sizing!r} does not fit preset 'smoke' (it has its own sizes): drop the sizing")
+    if name != "smoke" and sizing == "smoke":
+        raise ValueError(f"sizing 'smoke' is the smoke preset's own; for preset {name!r} pick one of {list(SIZINGS)}")
 
 
-# Full run configs. smoke is sized so that a serial run of a few hundred updates takes seconds on a 2-core CPU:
-# 4 books x 16 steps per batch and short episodes (so pnl_cum_usd moves within a smoke run).
-_RUN_PRESETS: dict[str, RunConfig] = {
-    name: RunConfig(preset=name, learner=cfg) for name, cfg in _PRESETS.items() if name != "smoke"
-}
-_RUN_PRESETS["smoke"] = RunConfig(
-    preset="smoke",
-    market=MarketConfig(horizon=200),
-    learner=_PRESETS["smoke"],
-    rollout=RolloutConfig(num_envs=4, steps_per_sample=16),
-)
+def _apply(config: RunConfig, group: dict[str, dict[str, Any]]) -> RunConfig:
+    return dataclasses.replace(
+        config, **{sec: dataclasses.replace(getattr(config, sec), **fields) for sec, fields in group.items()}
+    )
 
 
-def run_preset(name: str) -> RunConfig:
-    """The full RunConfig (market, learner, rollout, kill) of preset `name`; ValueError listing names otherwise."""
-    if name not in _RUN_PRESETS:
-        raise ValueError(f"unknown preset {name!r}; valid presets: {list(PRESET_NAMES)}")
-    return _RUN_PRESETS[name]
+def run_preset(name: str, *, settings: str | None = None, sizing: str | None = None) -> RunConfig:
+    """The full RunConfig (market, learner, rollout, kill) of preset `name` with a settings group and a sizing
+    (default: 'learn' and 'gpu'; smoke: 'seed' and its own sizes), both recorded in it. learner.reward_scale may
+    be 'auto' here: RunConfig.validate() (the driver too) resolves it from the market, after any override.
+    ValueError naming the valid names for an unknown one."""
+    _check(name, settings, sizing)
+    if name == "smoke":
+        # 4 books x 16 steps per batch and short episodes (so pnl_cum_usd moves within a smoke run): a serial run
+        # of a few hundred updates takes seconds on a 2-core CPU.
+        config = RunConfig(
+            preset="smoke",
+            settings=settings or "seed",
+            sizing="smoke",
+            market=MarketConfig(horizon=200),
+            learner=_PRESETS["smoke"],
+            rollout=RolloutConfig(num_envs=4, steps_per_sample=16),
+        )
+        return _apply(config, SETTINGS[settings]) if settings not in (None, "seed") else config
+    settings, sizing = settings or "learn", sizing or "gpu"
+    config = RunConfig(preset=name, settings=settings, sizing=sizing, learner=_PRESETS[name])
+    return _apply(_apply(config, SIZINGS[sizing]), SETTINGS[settings])
+
+
+def preset(name: str, *, settings: str | None = None, sizing: str | None = None) -> LearnerConfig:
+    """The LearnerConfig of `run_preset(name, ...)`, its reward scale resolved for the preset's own market;
+    ValueError listing the valid names otherwise."""
+    return run_preset(name, settings=settings, sizing=sizing).validate().learner
