@@ -193,19 +193,19 @@ def check_size(cfg: dict, dtype, device, seed: int, results: list) -> None:
 
     # IQN head (forward through the kernel, backward through autograd, i.e. iqn_head_backward)
     names = ("h", "pre", "w_out", "b_out")
-    ins, ins_t = leaves(*names, src=x), leaves(*names, src=xt)
+    ih, ih_t = leaves(*names, src=x), leaves(*names, src=xt)
     poison(((B, cfg["T"], N), dtype), device=device)
-    got = ops.iqn_head(*ins)
-    want = ref.iqn_head(*ins_t)
-    record("iqn_head", "q", got, want, ref.iqn_head(*[t.detach() for t in ins]))
+    got = ops.iqn_head(*ih)
+    want = ref.iqn_head(*ih_t)
+    record("iqn_head", "q", got, want, ref.iqn_head(*[t.detach() for t in ih]))
     poison(((B, cfg["H"]), dtype), ((B, cfg["T"], cfg["H"]), dtype), device=device)
-    grads = torch.autograd.grad(got, ins, x["grad_iqn"])
-    grads_t = torch.autograd.grad(want, ins_t, xt["grad_iqn"])
+    grads = torch.autograd.grad(got, ih, x["grad_iqn"])
+    grads_t = torch.autograd.grad(want, ih_t, xt["grad_iqn"])
     for name, g_got, g_want in zip(names, grads, grads_t, strict=True):
         record("iqn_head_backward", f"grad_{name}", g_got, g_want)
     del got, want, grads, grads_t
-    ih1 = torch.autograd.grad(ops.iqn_head(*ins), ins, x["grad_iqn"])
-    ih2 = torch.autograd.grad(ops.iqn_head(*ins), ins, x["grad_iqn"])
+    ih1 = torch.autograd.grad(ops.iqn_head(*ih), ih, x["grad_iqn"])
+    ih2 = torch.autograd.grad(ops.iqn_head(*ih), ih, x["grad_iqn"])
     same_ih = all(torch.equal(p, r) for p, r in zip(ih1, ih2, strict=True))
     results.append({"op": "iqn_head", "what": "bitwise_repeat", "dtype": str(dtype), **cfg, "ok": bool(same_ih)})
     del ih1, ih2

@@ -26,13 +26,18 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 
 OBS, N_ACTIONS, T_LEN, B = 64, 9, 8, 256
 UPDATES = 40
+COMPARED_AT = (0, 19, 39)
+"""Updates at which a TF32 learner loaded with the float32 learner's state makes the same update beside it."""
 LOSSES = (D.L_C51, D.L_IQN, D.L_PI, D.L_V, D.L_DISTILL, D.L_DUELING)
-FIRST_STEP_REL = 1e-2
-"""First update (same parameters): every loss and grad norm within 1 % of float32's."""
-TRAJECTORY_REL = 5e-2
-"""Every update of the 40: every loss within 5 % of float32's (the parameters have drifted by rounding)."""
-QPA_ABS = 0.02
-"""qpa (the kill rule's input, in [-1, 1]) within 0.02 of float32's at every update."""
+LOSS_REL = 1e-2
+"""Every loss of one update within 1 % of float32's (relative to max(|float32 value|, 0.01): l_pi of
+standardised advantages sits near 0). Measured on the H200 (2026-12-03): at most 1.2e-3 (l_dueling)."""
+GRAD_NORM_REL = 5e-2
+"""Every grad norm (reported, not read by a kill rule) within 5 %. Measured: at most 1.35e-2 (the dueling head's,
+after 40 updates)."""
+QPA_ABS = 1e-2
+"""qpa (the kill rule's input, in [-1, 1], killed below an EMA of -0.3) within 0.01 of float32's. Measured: at
+most 1.9e-4."""
 
 
 def _batches(n: int) -> list[dict]:
@@ -57,33 +62,46 @@ def _batches(n: int) -> list[dict]:
     return out
 
 
-def _run(precision: str, batches: list[dict]) -> list[dict[str, float]]:
+def _learner(precision: str) -> Learner:
     cfg = dataclasses.replace(preset("phase4_3"), matmul_precision=precision, replay_min_size=T_LEN * B // 2)
-    lrn = Learner(cfg, obs_dim=OBS, n_actions=N_ACTIONS, device="cuda", seed=0)
-    return [lrn.update(b) for b in batches]
+    return Learner(cfg, obs_dim=OBS, n_actions=N_ACTIONS, device="cuda", seed=0)
 
 
 def _rel(a: float, b: float) -> float:
-    return abs(a - b) / max(abs(b), 1e-6)
+    return abs(a - b) / max(abs(b), 1e-2)
 
 
 def test_tf32_matmuls_keep_losses_and_qpa_within_the_stated_tolerances():
+    """One update from the same state (parameters, Adam, replay, RNG streams) in both precisions, at the start
+    and after 20 and 40 float32 updates: the per-update error TF32 adds. (Trajectories are not compared: at
+    lr 3e-3 two float32 runs that differ in one rounding drift apart just as far.)"""
     before = torch.get_float32_matmul_precision()
-    batches = _batches(UPDATES)
-    full = _run("highest", batches)
-    tf32 = _run("high", batches)
+    full, tf32 = _learner("highest"), _learner("high")
+    rows = []
+    for i, batch in enumerate(_batches(UPDATES)):
+        if i in COMPARED_AT:
+            tf32.load_state_dict(full.state_dict())
+            got = tf32.update(batch)
+            want = full.update(batch)
+            assert want[D.Q_TRAINED] == 1.0 and got[D.STEP] == want[D.STEP]
+            keys = [*LOSSES, *(k for k in want if k.startswith(D.grad_norm_key("")))]
+            rows.append(
+                {
+                    "update": i + 1,
+                    "rel": {k: _rel(got[k], want[k]) for k in keys},
+                    "qpa_abs": abs(got[D.QPA] - want[D.QPA]),
+                    "qpa": want[D.QPA],
+                }
+            )
+            assert all(math.isfinite(v) for v in got.values())
+        else:
+            full.update(batch)
     assert torch.get_float32_matmul_precision() == before, "the learner must put the process-wide flag back"
-    assert all(d[D.Q_TRAINED] == 1.0 for d in full), "the Q losses must be on from the first update"
-    grad_keys = [k for k in full[0] if k.startswith(D.grad_norm_key(""))]
-    first = {k: _rel(tf32[0][k], full[0][k]) for k in (*LOSSES, *grad_keys) if full[0][k] != 0.0}
-    worst = {k: max(_rel(t[k], f[k]) for t, f in zip(tf32, full, strict=True) if f[k] != 0.0) for k in LOSSES}
-    qpa = max(abs(t[D.QPA] - f[D.QPA]) for t, f in zip(tf32, full, strict=True))
-    report = {"first_step_rel": first, "trajectory_rel": worst, "qpa_abs": qpa}
     if os.environ.get("FOXHUNT_TF32_REPORT"):
         with open(os.environ["FOXHUNT_TF32_REPORT"], "w") as f:
-            json.dump(report, f, indent=1)
-    print(json.dumps(report, indent=1))
-    assert all(math.isfinite(v) for d in tf32 for v in d.values())
-    assert max(first.values()) <= FIRST_STEP_REL, first
-    assert max(worst.values()) <= TRAJECTORY_REL, worst
-    assert qpa <= QPA_ABS, qpa
+            json.dump(rows, f, indent=1)
+    print(json.dumps(rows, indent=1))
+    for row in rows:
+        assert max(row["rel"][k] for k in LOSSES) <= LOSS_REL, row
+        assert max(v for k, v in row["rel"].items() if k not in LOSSES) <= GRAD_NORM_REL, row
+        assert row["qpa_abs"] <= QPA_ABS, row
