@@ -129,7 +129,12 @@ def system_run(args: argparse.Namespace, out: Path) -> dict:
     (run_dir,) = out.glob("*/0")
     recs = step_records(read_diag(run_dir / "diag.jsonl"))
     config = json.loads((run_dir / "config.json").read_text())
-    a, b = recs[len(recs) // 2], recs[-1]
+    a, b = recs[len(recs) // 2] if recs else None, recs[-1] if recs else None
+    if a is None or b["time"] <= a["time"]:
+        raise SystemExit(
+            f"the run made {len(recs)} updates in {args.seconds} s of training, too few for a second half to measure "
+            f"(a busy machine, or a slow Ray start): give it more --seconds ({run_dir})"
+        )
     dt = b["time"] - a["time"]
     lags = [r["policy_lag"] for r in recs[len(recs) // 2 :]]
     print(

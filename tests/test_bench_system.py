@@ -16,8 +16,9 @@ LAST = re.compile(r"^env_steps_per_s=(\d+) updates_per_s=([\d.]+) learner_busy=(
 
 @pytest.mark.slow
 def test_quick_mode_reports_every_role_and_the_last_line(tmp_path):
+    cmd = [sys.executable, "benchmarks/bench_system.py", "--quick", "--seconds", "10"]
     out = subprocess.run(
-        [sys.executable, "benchmarks/bench_system.py", "--quick", "--seconds", "6", "--json", str(tmp_path / "r.json")],
+        [*cmd, "--json", str(tmp_path / "r.json")],
         cwd=ROOT,
         capture_output=True,
         text=True,
