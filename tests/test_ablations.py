@@ -47,8 +47,10 @@ SMOKE_SIZES = {
 
 
 def _cfg(name: str, **kw):
-    """Preset `name` (its switches and plan_a_v2's coefficients) at smoke sizes; replay trains at once."""
-    return dataclasses.replace(preset(name), **{**SMOKE_SIZES, **kw})
+    """Preset `name` (its switches and plan_a_v2's coefficients) at smoke sizes and the seed's settings (lr 2.5e-4,
+    reward scale 1: what the seed ran these designs at, and what the step sizes below are stated for); replay
+    trains at once."""
+    return dataclasses.replace(preset(name, settings="seed"), **{**SMOKE_SIZES, **kw})
 
 
 def _learner(name: str, seed: int = 3, **kw) -> Learner:
