@@ -36,10 +36,30 @@ sizes, a GPU host hundreds): 240 s of training, then the held-out evaluation, wi
 `--steps N` alone runs N updates with no budget."""
 
 
-def _ray_init() -> None:
-    import ray
+LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+"""Ray's own switch for a single-machine instance (its default on macOS and Windows): at "0" every process of the
+instance (GCS, raylet, workers, dashboard and its agents, the metrics port) listens on 127.0.0.1 only. Without it
+Ray 2.60 resolves even `_node_ip_address="127.0.0.1"` to the machine's address and serves the run's metrics on
+every interface (docs/running.md, "What listens on the network")."""
 
-    ray.init()  # a local cluster in this process's session: all cores, the dashboard when ray[default] has it
+
+def _ray_init() -> None:
+    """A Ray instance of this run's own, on loopback: never one that happens to be running here (RAY_ADDRESS or a
+    `ray start`; that is what `ray job submit` is for), and nothing another host can reach."""
+    os.environ.setdefault(LOOPBACK_ENV, "0")  # read when ray is imported, and by every process it starts
+    if os.environ.get("RAY_ADDRESS"):
+        print(
+            f"RAY_ADDRESS={os.environ['RAY_ADDRESS']} is set; python -m foxhunt_ray.local starts its own Ray on this "
+            "machine all the same (to train on that cluster: ray job submit, README.md)",
+            file=sys.stderr,
+        )
+    import ray
+    from ray._private import ray_constants
+
+    if os.environ[LOOPBACK_ENV] == "0":
+        ray_constants.ENABLE_RAY_CLUSTER = False  # in case ray was imported before the variable was set
+    # a local instance in this process's session: all cores, the dashboard (127.0.0.1:8265) when ray[default] has it
+    ray.init(address="local", dashboard_host="127.0.0.1")
 
 
 def main(argv: list[str] | None = None) -> int:
