@@ -3,8 +3,10 @@ running the wrong commit).
 
 With git there: `git rev-parse HEAD`, plus "-dirty" when tracked files differ from it. Without git (a
 `ray job submit --working-dir` upload carries no .git): "content-" + a hash of the code files, so such a run is
-stamped too. The content hash covers only the code that runs (the packages, cuda/ and pyproject.toml), never
-tests, runs or the virtualenv, so the hash of a checkout and of its upload agree: `python -m
+stamped too. The content hash covers every source that changes what a run does: the packages' Python, their C,
+C++ and CUDA sources and headers (lobsim_env/_lobster_fast.c, cuda/kernels/*.cu, *.cuh, *.h, cuda/binding/*.cpp)
+and the build files (pyproject.toml, setup.py, setup.cfg); never tests, runs, the virtualenv or build outputs
+(*.so: a build of the sources that are hashed), so the hash of a checkout and of its upload agree: `python -m
 foxhunt_ray.provenance` prints both, and `--expect-code-sha` accepts either.
 """
 
@@ -17,13 +19,18 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CODE_DIRS: tuple[str, ...] = ("foxhunt_ray", "actors", "learner", "lobsim_env", "cuda")
-CODE_SUFFIXES: frozenset[str] = frozenset({".py", ".cu", ".cpp", ".h"})
+CODE_SUFFIXES: frozenset[str] = frozenset(
+    {".py", ".pyx", ".pxd", ".c", ".cc", ".cpp", ".cxx", ".h", ".hh", ".hpp", ".cu", ".cuh", ".inc"}
+)
+"""Sources that change behaviour (issue 14: .c and .cuh were left out, so a changed kernel kept its stamp)."""
+BUILD_FILES: tuple[str, ...] = ("pyproject.toml", "setup.py", "setup.cfg")
+"""Files at the root that decide how the sources are built."""
 CONTENT_PREFIX = "content-"
 
 
 def code_files(root: Path = REPO_ROOT) -> list[Path]:
     """The files the content hash covers, sorted by their path relative to root."""
-    files = [root / "pyproject.toml"] if (root / "pyproject.toml").is_file() else []
+    files = [root / name for name in BUILD_FILES if (root / name).is_file()]
     for name in CODE_DIRS:
         top = root / name
         if top.is_dir():

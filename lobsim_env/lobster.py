@@ -20,11 +20,13 @@ takes over: it either parses the file exactly (e.g. a timestamp without a decima
 
 from __future__ import annotations
 
+import os
 import re
 import struct
 import time
 import warnings
 import zipfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,6 +78,86 @@ class LobsterFormatError(ValueError):
     """A LOBSTER file that does not follow the format; the message names file, row, column and value."""
 
 
+# ---------------------------------------------------------------------------------------------- input limits
+
+MAX_BYTES_ENV = "FOXHUNT_LOBSTER_MAX_BYTES"
+"""Environment variable: the most bytes of text (both files together) a load may read, instead of the limit
+derived from the machine's memory (docs/input-limits.md)."""
+MEMORY_SHARE = 0.5
+"""Of the memory available when a day is loaded, the share its parse may use at its peak."""
+PARSE_BYTES_PER_TEXT_BYTE = 4
+"""Peak memory of a load per byte of text: the GOOG level-10 sample (40 MB of text) peaks at 2.45 bytes a byte
+on the compiled path and 3.2 on the numpy path (tracemalloc), rounded up."""
+MAX_COMPRESSION_RATIO = 250
+"""A member larger than RATIO_CHECK_BYTES that inflates more than this many times its compressed size is refused
+as a zip bomb: the LOBSTER samples inflate 2.7-28 times (GOOG level-10 orderbook: 27.8)."""
+RATIO_CHECK_BYTES = 16 * 2**20
+_METHODS = {zipfile.ZIP_STORED: "stored", zipfile.ZIP_DEFLATED: "deflate", zipfile.ZIP_BZIP2: "bzip2"}
+_METHODS[zipfile.ZIP_LZMA] = "lzma"
+
+
+def available_memory() -> int:
+    """Bytes of memory available to a new allocation now: MemAvailable of /proc/meminfo (Linux), else the free
+    physical pages (os.sysconf), else 4 GiB when the system says neither."""
+    try:
+        with open("/proc/meminfo", "rb") as f:
+            for line in f:
+                if line.startswith(b"MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return int(os.sysconf("SC_AVPHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (AttributeError, ValueError, OSError):
+        return 4 * 2**30
+
+
+def max_text_bytes() -> tuple[int, str]:
+    """(the most bytes of text a load may read, where that figure comes from): FOXHUNT_LOBSTER_MAX_BYTES when set,
+    else MEMORY_SHARE of the available memory over PARSE_BYTES_PER_TEXT_BYTE."""
+    raw = os.environ.get(MAX_BYTES_ENV)
+    if raw:
+        try:
+            value = int(float(raw))
+        except ValueError:
+            raise LobsterFormatError(f"{MAX_BYTES_ENV}={raw!r} must be a number of bytes, e.g. 8e9") from None
+        if value >= 1:
+            return value, f"{MAX_BYTES_ENV}={raw}"
+    avail = available_memory()
+    limit = int(avail * MEMORY_SHARE / PARSE_BYTES_PER_TEXT_BYTE)
+    why = (
+        f"{MEMORY_SHARE:g} of the {_gib(avail)} of memory available over {PARSE_BYTES_PER_TEXT_BYTE} bytes a byte "
+        "of text at the parse's peak"
+    )
+    return limit, why
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.2f} GiB" if n >= 2**27 else f"{n / 2**20:.1f} MiB"
+
+
+def _too_big(path: Path, what: str, size: int, total: int, limit: int, why: str) -> LobsterFormatError:
+    return LobsterFormatError(
+        f"{path}: {what} is {size:,} bytes ({total:,} bytes of text to load with its pair), over the {limit:,} "
+        f"bytes this machine can load ({why}): free memory, load it on a machine with more, or set "
+        f"{MAX_BYTES_ENV} to the bytes you mean to allow"
+    )
+
+
+def day_text_bytes(path: str | Path) -> int:
+    """Bytes of text load_day(path) reads, from the zip's directory or the files' sizes (nothing inflated);
+    0 when the path names nothing readable (load_day then names the problem)."""
+    path = Path(path)
+    try:
+        if path.suffix.lower() == ".zip":
+            with zipfile.ZipFile(path) as zf:
+                return sum(zf.getinfo(n).file_size for n in _zip_members(zf, path))
+        ob = path.with_name(path.name.replace("_message_", "_orderbook_"))
+        return path.stat().st_size + (ob.stat().st_size if "_message_" in path.name and ob.is_file() else 0)
+    except (OSError, ValueError, zipfile.BadZipFile):
+        return 0
+
+
 @dataclass(frozen=True, kw_only=True)
 class LobsterDay:
     """One ticker-day of LOBSTER data, all integers. Row k of `book` is the visible book after message k."""
@@ -123,15 +205,23 @@ def load_day(
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such file; pass a LOBSTER zip or a *_message_<L>.csv file")
+    if not path.is_file():
+        raise LobsterFormatError(f"{path}: a folder, not a file; pass a LOBSTER zip or a *_message_<L>.csv file")
     if path.suffix.lower() == ".zip":
         msg_name, msg_text, ob_name, ob_text = _read_zip(path)
     elif path.suffix.lower() == ".csv":
         msg_name, ob_name = path.name, None
-        msg_text = path.read_bytes()
         ob_path = path.with_name(path.name.replace("_message_", "_orderbook_"))
+        has_ob = "_message_" in path.name and ob_path.exists()
+        sizes = [p.stat().st_size for p in ([path, ob_path] if has_ob else [path])]
+        limit, why = max_text_bytes()
+        if sum(sizes) > limit:
+            big = int(sizes[-1] > sizes[0])
+            raise _too_big([path, ob_path][big], "the file", sizes[big], sum(sizes), limit, why)
+        msg_text = _read_file(path)
         ob_text = None
-        if "_message_" in path.name and ob_path.exists():
-            ob_name, ob_text = ob_path.name, ob_path.read_bytes()
+        if has_ob:
+            ob_name, ob_text = ob_path.name, _read_file(ob_path)
     else:
         raise LobsterFormatError(f"{path}: expected a LOBSTER .zip or a *_message_<L>.csv file")
     lap("read")
@@ -221,14 +311,52 @@ def _fast_inflate() -> bool:
 
 
 def _read_zip(path: Path) -> tuple[str, bytes | np.ndarray, str, bytes | np.ndarray]:
-    """The message and orderbook members' names and bytes, checked to be one pair."""
+    """The message and orderbook members' names and bytes, checked to be one pair, each member checked (size
+    against max_text_bytes, compression ratio, method, encryption) before a byte of it is inflated; any damage
+    that only shows while reading (a bad CRC, a broken stream, a size that lies) is a LobsterFormatError too."""
     try:
         zf = zipfile.ZipFile(path)
-    except zipfile.BadZipFile as e:
-        raise LobsterFormatError(f"{path}: not a readable zip archive ({e})") from e
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, ValueError) as e:
+        raise LobsterFormatError(f"{path}: not a readable zip archive ({type(e).__name__}: {e})") from None
     with zf:
         msg, ob = _zip_members(zf, path)
+        infos = [zf.getinfo(msg), zf.getinfo(ob)]
+        limit, why = max_text_bytes()
+        total = sum(i.file_size for i in infos)
+        for info in infos:
+            _check_member(path, info)
+        if total > limit:
+            big = max(infos, key=lambda i: i.file_size)
+            what = f"member {big.filename!r} (its size as the zip's directory declares it)"
+            raise _too_big(path, what, big.file_size, total, limit, why)
+        for info in infos:
+            ratio = info.file_size / max(info.compress_size, 1)
+            if info.file_size > RATIO_CHECK_BYTES and ratio > MAX_COMPRESSION_RATIO:
+                raise LobsterFormatError(
+                    f"{path}: member {info.filename!r} declares {info.file_size:,} bytes from {info.compress_size:,} "
+                    f"compressed ({ratio:,.0f} times; LOBSTER files inflate at most about 30, this code allows "
+                    f"{MAX_COMPRESSION_RATIO}): a zip bomb or a damaged directory; get the file again from its source"
+                )
         return msg, _read_member(zf, path, msg), ob, _read_member(zf, path, ob)
+
+
+def _check_member(path: Path, info: zipfile.ZipInfo) -> None:
+    """Refuses, before reading it, a member this code cannot or must not inflate."""
+    where = f"member {info.filename!r}"
+    if info.flag_bits & 1:
+        raise LobsterFormatError(f"{path}: {where} is encrypted; unzip it with its password and pass the CSV files")
+    if info.compress_type not in _METHODS:
+        raise LobsterFormatError(
+            f"{path}: {where} uses compression method {info.compress_type}, which zipfile cannot read (it reads "
+            f"{', '.join(_METHODS.values())}); re-zip it with deflate (zip -9) or pass the CSV files"
+        )
+
+
+def _read_file(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as e:
+        raise LobsterFormatError(f"{path}: cannot read it ({type(e).__name__}: {e})") from None
 
 
 def _zip_members(zf: zipfile.ZipFile, path: Path) -> tuple[str, str]:
@@ -269,7 +397,19 @@ def _read_member(zf: zipfile.ZipFile, path: Path, name: str) -> bytes | np.ndarr
                 text = np.empty(info.file_size, np.uint8)
                 if _C.inflate(f.read(info.compress_size), text, info.CRC):
                     return text
-    return zf.read(name)
+    try:  # zipfile stops at the declared size and checks the CRC: a member that holds more fails here
+        with zf.open(info) as member:
+            data = member.read(info.file_size + 1)
+    except (zipfile.BadZipFile, zlib.error, EOFError, OSError, RuntimeError, NotImplementedError, ValueError) as e:
+        raise LobsterFormatError(
+            f"{path}: member {name!r} is damaged ({type(e).__name__}: {e}); get the file again from its source"
+        ) from None
+    if len(data) != info.file_size:
+        raise LobsterFormatError(
+            f"{path}: member {name!r} inflates to {len(data):,}{'+' * (len(data) > info.file_size)} bytes, its "
+            f"header says {info.file_size:,}: damaged; get the file again from its source"
+        )
+    return data
 
 
 # --------------------------------------------------------------------------------------------------- parsing
