@@ -184,6 +184,11 @@ class LearnerWorker:
             self.checkpoint()
         return out
 
+    def starved(self) -> str | None:
+        """Why the run cannot go on, when every recent payload was bad or refused (PayloadDecoder.starved: 64 in a
+        row, or 120 s of them without a good one); None while good payloads arrive. The loops end the run on it."""
+        return self.decoder.starved()
+
     def drain(self) -> list[dict]:
         """The diags of every queued step (waits for the device)."""
         return self._collect(keep_last=False)
@@ -252,6 +257,7 @@ class LearnerWorker:
         except ValueError as err:  # e.g. a rollout of B envs that minibatch_envs does not divide
             self.decoder.count_bad(str(err), what="rollout payload refused by the learner")
             return
+        self.decoder.good()
         self.stats.add(meta)  # a step's diag counts the env steps of the payload it trained on
         totals = {**self.stats.diag(), "worker_index": int(meta["worker_index"]), **self.decoder.diag()}
         record = _Payload(steps=steps, totals=totals)

@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 import struct
+import time
 from dataclasses import dataclass
 
 import msgpack
@@ -299,8 +301,20 @@ def split(decoded: dict) -> tuple[dict, dict]:
     return learner_batch, meta
 
 
+MAX_BAD_IN_A_ROW = 64
+"""A run ends (exit 1, summary 'error') after this many rollout payloads in a row were bad or refused..."""
+MAX_BAD_SECONDS = 120.0
+"""...or when bad ones have kept arriving for this many seconds without a good one (docs/input-limits.md)."""
+_NUMBERS = re.compile(r"-?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
+
+
 class PayloadDecoder:
-    """decode() that counts bad payloads instead of raising, for the learner actor's receive loop."""
+    """decode() that counts bad payloads instead of raising, for the learner actor's receive loop.
+
+    Each distinct fault (its message with the numbers taken out) is logged once in full, then again only at its
+    10th, 100th, ... occurrence: a worker that sends nothing but bad payloads does not flood the log. `good()`
+    (the learner trained on a payload) ends a streak of bad ones; `starved()` says when a streak has gone on too
+    long for the run to go on (MAX_BAD_IN_A_ROW, MAX_BAD_SECONDS)."""
 
     def __init__(self, *, limits: WireLimits = DEFAULT_LIMITS, log: logging.Logger | None = None):
         if errs := limits.errors():
@@ -308,6 +322,9 @@ class PayloadDecoder:
         self.limits = limits
         self.bad_payloads = 0
         self.last_error: str | None = None
+        self.bad_in_a_row = 0
+        self.bad_since: float | None = None  # time.monotonic() of the first bad payload since the last good one
+        self.faults: dict[str, list] = {}  # fault kind -> [count, what, its first message]
         self._log = log or logging.getLogger(__name__)
 
     def decode(self, payload) -> tuple[dict, dict] | None:
@@ -319,10 +336,48 @@ class PayloadDecoder:
             return None
 
     def count_bad(self, reason: str, *, what: str = "bad rollout payload") -> None:
-        """Counts a dropped payload (also one that decoded but that the learner refused), keeps and logs why."""
+        """Counts a dropped payload (also one that decoded but that the learner refused), keeps why, and logs it
+        when it is the first of its kind (or its 10th, 100th, ...)."""
         self.bad_payloads += 1
         self.last_error = reason
-        self._log.warning("%s #%d dropped: %s", what, self.bad_payloads, reason)
+        self.bad_in_a_row += 1
+        if self.bad_since is None:
+            self.bad_since = time.monotonic()
+        key = what + ": " + _NUMBERS.sub("#", reason)[:400]
+        entry = self.faults.setdefault(key, [0, what, reason])
+        entry[0] += 1
+        n = entry[0]
+        if n == 1:
+            once = "%s #%d dropped (each kind of fault is logged once, then counted): %s"
+            self._log.warning(once, what, self.bad_payloads, reason)
+        elif math.log10(n).is_integer():
+            again = "%s: the same fault %d times so far (%d bad payloads in all): %s"
+            self._log.warning(again, what, n, self.bad_payloads, reason)
+
+    def good(self) -> None:
+        """A payload was trained on: the streak of bad ones is over."""
+        self.bad_in_a_row, self.bad_since = 0, None
+
+    def starved(
+        self, *, max_in_a_row: int = MAX_BAD_IN_A_ROW, max_seconds: float = MAX_BAD_SECONDS, now: float | None = None
+    ) -> str | None:
+        """Why the run cannot go on (every recent payload bad), or None: the message names the streak and each
+        distinct fault with its count."""
+        if not self.bad_in_a_row:
+            return None
+        waited = (time.monotonic() if now is None else now) - (self.bad_since or 0.0)
+        if self.bad_in_a_row < max_in_a_row and (self.bad_in_a_row < 2 or waited < max_seconds):
+            return None
+        return (
+            f"no good rollout payload in the last {self.bad_in_a_row} ({waited:.0f} s; the run ends after "
+            f"{max_in_a_row} in a row or {max_seconds:g} s): {self.summary()}; fix the rollout side (same code "
+            "version and config on every worker) and resume the run"
+        )
+
+    def summary(self) -> str:
+        """Each distinct fault, most frequent first: 'N x what: its first message'."""
+        kinds = sorted(self.faults.values(), key=lambda e: -e[0])
+        return "; ".join(f"{n} x {what}: {reason}" for n, what, reason in kinds)
 
     def diag(self) -> dict[str, float]:
         return {"bad_payloads": float(self.bad_payloads)}

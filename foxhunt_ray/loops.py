@@ -14,12 +14,12 @@ rollout actor to the learner actor by reference, never through the driver.
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from actors.files import write_atomic
 from actors.learner_worker import LearnerWorker
 from actors.monitor import Monitor
 from actors.rollout import EPISODE_RETURN_MEAN, PNL_CUM_USD, RolloutWorker
@@ -148,9 +148,10 @@ def write_timings(plan: Plan, wall_s: float, roles: dict, learner_steady: list[d
     in Ray mode with a time limit, the learner's totals at half time and at the loop's end ("learner_steady":
     their difference is the steady state, without start-up or the final checkpoint)."""
     doc = {"wall_s": wall_s, "roles": roles, "learner_steady": learner_steady or []}
-    tmp = plan.run_dir / (TIMINGS_FILE + ".tmp")
-    tmp.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
-    os.replace(tmp, plan.run_dir / TIMINGS_FILE)
+    try:
+        write_atomic(plan.run_dir / TIMINGS_FILE, json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    except OSError as err:  # a full disk: the run's own outcome is what the user must hear about, not this
+        print(f"no {TIMINGS_FILE}: {err.strerror or err}", file=sys.stderr)
 
 
 def _rollout_totals(timings: list[dict]) -> dict:
@@ -195,6 +196,9 @@ def _run_serial(plan: Plan, monitor: Monitor, progress: Progress, hook: Hook | N
         while learner.step < drv.steps and not drv.out_of_time(start):
             diags = learner.train([workers[i % len(workers)].sample()], stop_at=drv.steps)
             i += 1
+            if not diags and (why := learner.starved()) is not None:
+                code = _starved(monitor, progress, why)
+                break
             for diag in diags:  # none for a bad payload: counted by the decoder
                 if (code := _record(monitor, progress, diag)) is not None:
                     break
@@ -352,6 +356,10 @@ class _Drive:
                     lost_in_a_row += 1
                     if lost_in_a_row > MAX_LOST_IN_A_ROW:
                         raise RuntimeError(f"{lost_in_a_row} samples lost in a row: {why}")
+                if answer.get("starved") and not answer.get("after_end"):
+                    code = _starved(monitor, self.progress, answer["starved"])
+                    ray.get([c for c, _ in calls])  # let the queued calls finish before the learner checkpoints
+                    break
                 if answer.get("after_end") or not answer["n"]:
                     resume_idle()
                     continue
@@ -388,6 +396,14 @@ class _Drive:
         self.end = time.monotonic()
         ray.get(learner.checkpoint.remote())
         return code if code is not None else monitor.finish("done")
+
+
+def _starved(monitor: Monitor | MonitorHandle, progress: Progress, why: str) -> int:
+    """Ends a run that gets no good rollout payload (issue 14): one line on stderr naming each distinct fault with
+    its count, summary 'error' with the same message, exit 1; the loop still keeps a checkpoint."""
+    progress.end_line()
+    print(f"error: {why}", file=sys.stderr, flush=True)
+    return monitor.finish("error", why)
 
 
 def _record(monitor: Monitor, progress: Progress, diag: dict) -> int | None:

@@ -40,7 +40,8 @@ class RayLearnerWorker(LearnerWorker):
     def update_from(self, refs: list, stop_at: int | None = None) -> dict:
         """train() on the payloads behind refs, fetched here (zero-copy from this node's object store), leaving
         the newest payload's steps running (LearnerWorker.train(wait=False)). Answers {"diags": [...], "lost":
-        [why, ...] for samples lost with their rollout actor, "step": the learner step with queued steps}."""
+        [why, ...] for samples lost with their rollout actor, "step": the learner step with queued steps,
+        "starved": why the run cannot go on when every recent payload was bad (LearnerWorker.starved), else None}."""
         t0 = time.perf_counter()
         sec = self._ray_seconds
         if self._last_return is not None:
@@ -55,7 +56,7 @@ class RayLearnerWorker(LearnerWorker):
         sec["calls"] += 1
         diags = self.train(payloads, wait=False, stop_at=stop_at)
         self._last_return = time.perf_counter()
-        return {"diags": diags, "lost": lost, "step": self.step}
+        return {"diags": diags, "lost": lost, "step": self.step, "starved": self.starved()}
 
     def drain_answer(self) -> dict:
         """drain() in update_from's answer format."""
@@ -113,7 +114,7 @@ class RayMonitor(Monitor):
         {"record": the last line recorded (None if none), "n": lines recorded, "decision", "lost", "step"}; or
         {"after_end": True, ...} for an answer that comes after a rule ended the run: the run is over at the
         kill's step, so its diags get no line (Monitor.record would refuse them)."""
-        base = {"lost": answer["lost"], "step": answer["step"]}
+        base = {"lost": answer["lost"], "step": answer["step"], "starved": answer.get("starved")}
         if self.exit_code is not None:
             return {**base, "after_end": True}
         t0 = time.perf_counter()

@@ -8,11 +8,15 @@ import shutil
 import zipfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from actors import wire
+from actors.rollout import RolloutWorker
 from foxhunt_ray import provenance
 from lobsim_env import lobster, replay
 from lobsim_env.lobster import LobsterFormatError, load_day
+from tests.test_driver import run, summary
 from tests.test_lobster import BOOK, MESSAGES, STEM
 
 MSG = ("\n".join(MESSAGES) + "\n").encode()
@@ -176,3 +180,62 @@ def test_every_tracked_source_in_the_code_folders_is_hashed():
     assert sources <= hashed, sorted(sources - hashed)
 
 
+
+
+# --------------------------------------------------------------------------------------------- bad payloads (4)
+
+
+def _sampling(monkeypatch, edit, limit: int = 400) -> list[int]:
+    """RolloutWorker.sample with `edit(payload, call)` applied; raises after `limit` calls (main looped forever)."""
+    real = RolloutWorker.sample
+    calls = [0]
+
+    def sample(self, n_steps=None):
+        calls[0] += 1
+        if calls[0] > limit:
+            raise RuntimeError(f"still sampling after {limit} payloads: the run did not end on them")
+        return edit(real(self, n_steps), calls[0])
+
+    monkeypatch.setattr(RolloutWorker, "sample", sample)
+    return calls
+
+
+def test_a_run_whose_every_payload_is_bad_ends_with_the_faults_counted(tmp_path, monkeypatch, capsys, caplog):
+    calls = _sampling(monkeypatch, lambda p, i: p[:-8] if i % 2 else np.zeros(64, np.uint8))
+    with caplog.at_level("WARNING", logger="actors.wire"):
+        code, run_dir = run(tmp_path, "--steps", "20")
+    assert code == 1 and calls[0] == wire.MAX_BAD_IN_A_ROW  # main: sampled forever (here: raised after 400)
+    s = summary(run_dir)
+    assert s["status"] == "error" and "no good rollout payload in the last 64" in s["message"]
+    assert "32 x bad rollout payload" in s["message"] and "truncated" in s["message"]
+    err = capsys.readouterr().err
+    assert "error: no good rollout payload" in err and "Traceback" not in err
+    # a few kinds of fault (no magic; truncated in one array or another), each logged once and again at its 10th
+    assert len([r for r in caplog.records if r.name == "actors.wire"]) <= 6  # not 64 lines
+
+
+def test_a_payload_the_learner_refuses_mid_run_is_counted_and_the_run_goes_on(tmp_path, monkeypatch):
+    def refuse_every_third(payload, i):
+        if i % 3:
+            return payload
+        b = wire.decode(bytes(payload))
+        b = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in b.items() if k != "wire_version"}
+        b["actions"][0, 0] = 99  # decodes, but no action of this market
+        return wire.encode(b)
+
+    _sampling(monkeypatch, refuse_every_third)
+    code, run_dir = run(tmp_path, "--steps", "12")
+    assert code == 0 and summary(run_dir)["status"] == "done"
+    assert summary(run_dir)["last"]["bad_payloads"] >= 4
+
+
+def test_starved_bounds_by_count_and_by_time():
+    d = wire.PayloadDecoder()
+    d.count_bad("x 1")
+    assert d.starved(now=d.bad_since + 1e6) is None  # one bad payload is never a streak
+    d.count_bad("x 2")
+    assert d.starved(now=d.bad_since + 1) is None
+    assert "no good rollout payload in the last 2" in d.starved(now=d.bad_since + wire.MAX_BAD_SECONDS)
+    assert "2 x bad rollout payload: x 1" in d.summary()  # one kind: numbers do not make a new kind
+    d.good()
+    assert d.starved() is None and d.bad_payloads == 2
