@@ -262,6 +262,10 @@ def resolve(args: argparse.Namespace) -> Plan:
                     f"--baseline={args.baseline} trained on env {base_env!r}, this run on {config.env_id!r}: "
                     "its l_c51 and pnl are no reference here; pick a baseline run of the same env"
                 )
+    if spaces is not None and not errs:  # what the config needs in memory, before the run folder is made
+        from foxhunt_ray import memory
+
+        errs += memory.errors(config, driver, spaces)
     if errs or spaces is None:
         raise ConfigError(errs)
     run_dir = Path(args.out) / sha / str(driver.fold)
@@ -367,6 +371,10 @@ def _resolve_resume(args: argparse.Namespace, sha: str) -> Plan:
         raise UsageError(f"cannot resume {run_dir}: {CONFIG_FILE} unreadable ({err}); pass a run folder") from None
     errs = driver.errors()
     spaces = _probe(config, errs)
+    if spaces is not None and not errs:  # e.g. more --rollout-workers than this machine holds
+        from foxhunt_ray import memory
+
+        errs += memory.errors(config, driver, spaces)
     if errs or spaces is None:
         raise ConfigError(errs)
     diag_path = run_dir / DIAG_FILE

@@ -4,6 +4,7 @@ payloads end in a named error (no traceback, no hang), and the content hash cove
 
 from __future__ import annotations
 
+import re
 import shutil
 import zipfile
 from pathlib import Path
@@ -239,3 +240,25 @@ def test_starved_bounds_by_count_and_by_time():
     assert "2 x bad rollout payload: x 1" in d.summary()  # one kind: numbers do not make a new kind
     d.good()
     assert d.starved() is None and d.bad_payloads == 2
+
+
+# ------------------------------------------------------------------------------------ config sizes (3)
+
+
+def test_a_config_that_cannot_fit_is_refused_before_the_run_folder(tmp_path, capsys):
+    for flag, says in (
+        ("learner.hidden_dim=200000", r"at most about learner.hidden_dim=\d+ fits"),
+        ("rollout.num_envs=100000000", r"at most about rollout.num_envs=\d+ fits"),
+        ("learner.replay_capacity=100000000000", r"at most about learner.replay_capacity=\d+ fits"),
+    ):
+        code, _ = run(tmp_path, "--steps", "2", "--set", flag)
+        err = capsys.readouterr().err
+        assert code == 1 and "of memory, this machine has" in err, (flag, err)  # main: allocated, or crashed
+        assert re.search(says, err) and "Traceback" not in err, (flag, err)
+        assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").rglob("config.json"))
+
+
+def test_a_payload_over_the_wire_limits_is_refused_by_the_config(tmp_path, capsys):
+    code, _ = run(tmp_path, "--steps", "2", "--set", "rollout.num_envs=2000000", "--set", "rollout.steps_per_sample=64")
+    err = capsys.readouterr().err
+    assert code == 1 and "over the wire's" in err and "every payload would be dropped" in err
