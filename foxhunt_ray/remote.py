@@ -114,7 +114,9 @@ class RayMonitor(Monitor):
         {"record": the last line recorded (None if none), "n": lines recorded, "decision", "lost", "step"}; or
         {"after_end": True, ...} for an answer that comes after a rule ended the run: the run is over at the
         kill's step, so its diags get no line (Monitor.record would refuse them)."""
-        base = {"lost": answer["lost"], "step": answer["step"], "starved": answer.get("starved")}
+        base = {"lost": answer["lost"], "step": answer["step"]}
+        if answer.get("starved"):  # every recent payload bad: the driver ends the run (LearnerWorker.starved)
+            base["starved"] = answer["starved"]
         if self.exit_code is not None:
             return {**base, "after_end": True}
         t0 = time.perf_counter()
