@@ -4,9 +4,11 @@ A plain class (no Ray import at module level). `record(diag)` takes one learner 
 Learner's keys plus what the driver adds: pnl_cum_usd, env_steps, ...), stamps it (step, time, the run's
 constant fields such as code_sha and preset), computes qpa_ema and the rates, checks the rules
 (actors.kill_rules) and appends ONE line. A line is written with a single os.write on an O_APPEND file
-descriptor, so a crash leaves at worst one partial LAST line, never a torn line in the middle; a Monitor opened
-on an existing diag.jsonl (a resumed run) cuts such a tail off, restores qpa_ema, the l_q reference and the
-last step, and refuses a step that is not after it, so the file has no duplicates.
+descriptor, so a crash leaves at worst one partial LAST line, never a torn line in the middle, and a write that
+fails (a full disk) is cut back to the previous whole line; a Monitor opened on an existing diag.jsonl (a
+resumed run) cuts such a tail off, restores qpa_ema, the l_q reference and the last step, and records only the
+step after it, so the file has no duplicates and no gaps. The run folder's lock (foxhunt_ray.run_folder) keeps
+a second writer out; readers (`read_diag`, a resume) refuse step lines that are not 1, 2, 3, ... in order.
 
 JSON has no NaN: a non-finite float is written as the string "nan", "inf" or "-inf" (json.dumps with
 allow_nan=False guarantees a valid line); `read_diag` turns those strings back into floats. The rules see the
@@ -25,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from actors.files import write_atomic
 from actors.kill_rules import EXIT_ERROR, EXIT_KILLED, EXIT_OK, KillConfig, KillDecision, KillRules
 
 DIAG_FILE = "diag.jsonl"
@@ -78,19 +81,39 @@ def _from_json(value):
     return value
 
 
+def _damaged(path: Path, lineno: int, what: str) -> DiagFileError:
+    """The error for a diag.jsonl whose lines from `lineno` on are not one run's single sequence of steps."""
+    return DiagFileError(
+        f"{path}:{lineno}: {what}: the file is damaged (two processes wrote this run folder at once, or it was "
+        f"edited); lines 1..{lineno - 1} are whole: keep them (head -n {lineno - 1} {path} > kept && mv kept "
+        f"{path}) and resume the run, or drop this run (docs/faults.md)"
+    )
+
+
 def _parse_lines(path: Path, data: bytes) -> tuple[list[dict], int]:
-    """(records, end of the last complete line). A complete line that is not a JSON object raises."""
+    """(records, end of the last complete line). A complete line that is not a JSON object raises, and so do
+    step lines that are not 1, 2, 3, ... in order (a duplicated, out-of-order or missing step): what two writers
+    of one file, or an edit, leave behind."""
     end = data.rfind(b"\n") + 1
     records = []
+    last = 0
     for lineno, line in enumerate(data[:end].split(b"\n")[:-1], start=1):
         try:
             rec = json.loads(line)
         except ValueError as err:
-            raise DiagFileError(f"{path}:{lineno}: not valid JSON ({err}); fix or delete that line") from None
+            raise _damaged(path, lineno, f"not valid JSON ({err}); fix or delete that line") from None
         if not isinstance(rec, dict):
             raise DiagFileError(f"{path}:{lineno}: a diag line must be a JSON object, got {type(rec).__name__}")
-        if "event" not in rec and not isinstance(rec.get("step"), int):
-            raise DiagFileError(f"{path}:{lineno}: step line without an integer 'step': {line[:80]!r}")
+        if "event" not in rec:
+            step = rec.get("step")
+            if isinstance(step, bool) or not isinstance(step, int):
+                raise DiagFileError(f"{path}:{lineno}: step line without an integer 'step': {line[:80]!r}")
+            if step <= last:
+                raise _damaged(path, lineno, f"step {step} after step {last} (a duplicated or out-of-order step)")
+            if step != last + 1:
+                gap = f"step {last + 1}" if step == last + 2 else f"steps {last + 1}..{step - 1}"
+                raise _damaged(path, lineno, f"step {step} after step {last}: {gap} missing")
+            last = step
         records.append(_from_json(rec))
     return records, end
 
@@ -244,10 +267,10 @@ class Monitor:
         if isinstance(step, bool) or not isinstance(step, int | float) or step != int(step) or step < 1:
             raise ValueError(f"diag['step']={step!r} must be a whole number >= 1 (Learner.update's step)")
         step = int(step)
-        if step <= self.last_step:
+        if step != self.last_step + 1:
             raise ValueError(
-                f"diag step {step} is not after the last recorded step {self.last_step} of {self.diag_path}: "
-                "a resumed run must continue from its checkpoint's step + 1"
+                f"diag step {step} does not follow the last recorded step {self.last_step} of {self.diag_path}: "
+                "a run records every step once, in order; a resumed run continues from its checkpoint's step + 1"
             )
         rec = {"step": step, "time": time.time(), **self.stamp}
         rec.update({k: (v.item() if isinstance(v, np.generic) else v) for k, v in diag.items() if k != "step"})
@@ -274,10 +297,17 @@ class Monitor:
                 rec.setdefault("env_steps_per_s", (rec["env_steps"] - prev["env_steps"]) / dt)
 
     def _write(self, rec: dict) -> None:
+        """Appends one whole line, or nothing: a write that fails part-way (a full disk writes what fits, then
+        raises) is cut back to the end of the previous line before the error goes on."""
         line = (json.dumps(to_json_value(rec), allow_nan=False, separators=(",", ":")) + "\n").encode()
         view = memoryview(line)
-        while view:  # os.write on a regular file writes it all at once; loop for the pathological short write
-            view = view[os.write(self._fd, view) :]
+        size = os.fstat(self._fd).st_size  # this process is the file's one writer (the run folder's lock)
+        try:
+            while view:  # os.write on a regular file writes it all at once; loop for the short write of a full disk
+                view = view[os.write(self._fd, view) :]
+        except BaseException:
+            os.ftruncate(self._fd, size)
+            raise
 
     def finish(self, status: str = "done", message: str | None = None) -> int:
         """Writes summary.json for an end without a kill ('done', 'stopped' or 'error'); returns the exit code.
@@ -303,9 +333,8 @@ class Monitor:
             **self.stamp,
             "last": self.last,
         }
-        tmp = self.summary_path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(to_json_value(summary), allow_nan=False, indent=2) + "\n")
-        os.replace(tmp, self.summary_path)  # atomic: a reader never sees half a summary
+        # atomic: a reader never sees half a summary, and a full disk leaves the previous one (or none), no .tmp
+        write_atomic(self.summary_path, json.dumps(to_json_value(summary), allow_nan=False, indent=2) + "\n")
         self.exit_code = code
 
     def close(self) -> None:

@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from actors.learner_worker import RUN_CHECKPOINT_FORMAT, checkpoint_path, latest_checkpoint, list_checkpoints
+from actors.monitor import DIAG_FILE, DiagFileError, read_diag
 from foxhunt_ray import provenance
 from foxhunt_ray.config import RunConfig, from_dict
 from foxhunt_ray.driver import CONFIG_FILE, DriverConfig
@@ -99,6 +100,11 @@ def load_run(run_dir: str | Path) -> tuple[RunConfig, DriverConfig, dict]:
         ) from None
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise EvaluationError(f"{path} is unreadable ({err}); pass a run folder written by foxhunt_ray.local") from None
+    if (Path(run_dir) / DIAG_FILE).exists():  # a damaged run (two writers, an edit) is not evaluated as if whole
+        try:
+            read_diag(Path(run_dir) / DIAG_FILE)
+        except DiagFileError as err:
+            raise EvaluationError(str(err)) from None
     env_id = str(getattr(run, "env_id", ENV_ID))  # runs of older code stamped no env_id: they all trained on it
     if env_id.rpartition(":")[2] != ENV_ID:
         raise EvaluationError(

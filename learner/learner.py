@@ -55,6 +55,15 @@ BASELINE_ALPHA = "baseline_alpha"
 """Diag key (iqn_baseline='blend'): this step's alpha in alpha*V_scalar + (1-alpha)*V_IQN."""
 
 
+def config_differences(cfg: LearnerConfig, saved: dict) -> list[str]:
+    """The LearnerConfig fields on which a checkpoint's saved config (its 'config' entry) differs from cfg, those
+    that only change how it computes (cuda_graph, matmul_precision) left out: a checkpoint loads only into a
+    learner with none. A field added since the checkpoint was written is absent from its config: it ran with the
+    default (every new field defaults to what the code did before it existed)."""
+    mine, theirs = dataclasses.asdict(cfg), {**_CONFIG_DEFAULTS, **saved}
+    return sorted(k for k in (set(mine) | set(theirs)) - _EXECUTION_ONLY if mine.get(k) != theirs.get(k))
+
+
 class _Trainable:
     """A network's flat parameters, flat gradients, Adam and target copy, stepped as one unit."""
 
@@ -556,11 +565,7 @@ class Learner:
         if not isinstance(sd, dict) or sd.get("format") != CHECKPOINT_FORMAT:
             got = sd.get("format") if isinstance(sd, dict) else type(sd).__name__
             raise ValueError(f"not a learner checkpoint: format={got!r}, expected {CHECKPOINT_FORMAT!r}")
-        mine = dataclasses.asdict(self.cfg)
-        # A field added since the checkpoint was written is absent from its config: it ran with the default
-        # (every new field defaults to what the code did before it existed).
-        theirs = {**_CONFIG_DEFAULTS, **sd["config"]}
-        diff = sorted(k for k in (set(mine) | set(theirs)) - _EXECUTION_ONLY if mine.get(k) != theirs.get(k))
+        diff = config_differences(self.cfg, sd["config"])
         if diff or (sd["obs_dim"], sd["n_actions"]) != (self.obs_dim, self.n_actions):
             raise ValueError(
                 f"checkpoint was written by a different learner: config fields differ {diff}, "

@@ -64,8 +64,10 @@ def test_one_complete_line_per_step(tmp_path):
 def test_step_must_advance_and_values_must_be_json(tmp_path):
     m = Monitor(tmp_path, KILL)
     m.record(healthy(1))
-    with pytest.raises(ValueError, match="diag step 1 is not after the last recorded step 1"):
+    with pytest.raises(ValueError, match="diag step 1 does not follow the last recorded step 1"):
         m.record(healthy(1))
+    with pytest.raises(ValueError, match="diag step 3 does not follow the last recorded step 1"):
+        m.record(healthy(3))  # a gap
     with pytest.raises(ValueError, match=r"diag\['step'\]=2.5 must be a whole number"):
         m.record({**healthy(2), "step": 2.5})
     with pytest.raises(ValueError, match=r"diag\['bad'\]=.*object is not JSON"):
