@@ -13,16 +13,20 @@ stamps the code (foxhunt_ray.provenance) and refuses a mismatch with `--expect-c
 
 Either way the learner worker checkpoints every `--checkpoint-every` updates; weights go to the rollout workers
 every `--broadcast-every` updates (one object, shared by every worker). A kill by a rule keeps a checkpoint and
-exits 3; Ctrl-C keeps a checkpoint and exits 0 (status "stopped"); an error exits 1. `--resume RUN_DIR`
-continues a run from its newest checkpoint that its diag.jsonl reaches, with the run's own config.json.
+exits 3; Ctrl-C keeps a checkpoint and exits 0 (status "stopped"); an error exits 1, a full disk with one
+message (no traceback), no `.tmp` file and diag.jsonl cut to whole lines. `--resume RUN_DIR` continues a run from
+its newest checkpoint that its diag.jsonl reaches and that loads (else an older one, `--resume-checkpoint`, or
+step 0 for a run that never kept one), with the run's own config.json (a hand-edited one only with
+`--allow-config-change`). The driver holds the run folder's lock (foxhunt_ray.run_folder) for the run's life:
+a second writer is refused. docs/faults.md says what a user gets in each case.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import errno
 import json
-import os
 import signal
 import sys
 import time
@@ -31,14 +35,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from actors.files import disk_full, remove_tmp_files, write_atomic
 from actors.kill_rules import EXIT_ERROR, EXIT_OK
 from actors.learner_worker import list_checkpoints
-from actors.monitor import DIAG_FILE, DiagFileError, Monitor, load_baseline, read_diag, step_records
+from actors.monitor import DIAG_FILE, SUMMARY_FILE, DiagFileError, Monitor, load_baseline, read_diag, step_records
 from actors.rollout import EnvSpaces, is_market, probe_env
 from foxhunt_ray import provenance
 from foxhunt_ray.config import ConfigError, RunConfig, apply_overrides, from_dict, market_reward_scale
 from foxhunt_ray.loops import Hook, Progress, run_ray, run_serial
 from foxhunt_ray.presets import PRESET_NAMES, SETTINGS, SIZINGS, run_preset
+from foxhunt_ray.run_folder import RunLock, accept_config_change, config_changes, record_config, resume_point
 from lobsim_env import ENV_ID
 
 CONFIG_FILE = "config.json"
@@ -150,6 +156,17 @@ def parse_args(argv: list[str] | None, prog: str, defaults: EntryDefaults | None
     p.add_argument("--expect-code-sha", default=None, help="refuse to start unless code_sha or content hash is this")
     p.add_argument("--resume", default=None, metavar="RUN_DIR", help="continue this run from its newest checkpoint")
     p.add_argument(
+        "--resume-checkpoint",
+        default=None,
+        metavar="STEP|PATH",
+        help="with --resume: restart from this kept checkpoint (a step or a file; 0: start over from step 0)",
+    )
+    p.add_argument(
+        "--allow-config-change",
+        action="store_true",
+        help="with --resume: accept a config.json edited since the run wrote it (the changed fields are printed)",
+    )
+    p.add_argument(
         "--set",
         dest="overrides",
         action="append",
@@ -197,6 +214,14 @@ class Plan:
     quiet: bool = False
     sizing_reason: str = ""
     """Why the run has its sizing (the header says it): the flag, the entry point's default, or the device."""
+    fresh: bool = True
+    """A new run: config.json is written (a resume keeps the run's own)."""
+    monitor_resume_at: int | None = None
+    """The step diag.jsonl is cut back to before the run appends (None: a new folder, nothing to cut)."""
+    notes: tuple[str, ...] = ()
+    """What the user is told before the run starts: a checkpoint passed over, a start from step 0, a config change."""
+    config_change: tuple[str, ...] = ()
+    """The fields of config.json changed since the run wrote it, accepted by --allow-config-change."""
 
 
 class UsageError(ValueError):
@@ -215,6 +240,8 @@ def resolve(args: argparse.Namespace) -> Plan:
             )
     if args.resume is not None:
         return _resolve_resume(args, sha)
+    if args.resume_checkpoint is not None or args.allow_config_change:
+        raise UsageError("--resume-checkpoint and --allow-config-change go with --resume RUN_DIR")
     errs: list[str] = []
     defaults = getattr(args, "defaults", None) or EntryDefaults()
     name = args.preset or defaults.preset
@@ -269,11 +296,7 @@ def resolve(args: argparse.Namespace) -> Plan:
     if errs or spaces is None:
         raise ConfigError(errs)
     run_dir = Path(args.out) / sha / str(driver.fold)
-    if (run_dir / DIAG_FILE).exists() or (run_dir / CONFIG_FILE).exists():
-        raise UsageError(
-            f"run folder {run_dir} already holds a run: continue it with --resume {run_dir}, "
-            "or pick another --out or --fold"
-        )
+    note = check_fresh(run_dir)
     return Plan(
         config=config,
         driver=driver,
@@ -284,6 +307,26 @@ def resolve(args: argparse.Namespace) -> Plan:
         serial=args.serial,
         quiet=args.quiet,
         sizing_reason=sizing_reason,
+        monitor_resume_at=0 if note else None,
+        notes=(note,) if note else (),
+    )
+
+
+def check_fresh(run_dir: Path) -> str | None:
+    """None for a folder a new run may take; a note when it holds a run that ended before its first checkpoint
+    (nothing there to resume from, so a new run takes its place); UsageError when it holds a run to resume."""
+    if not ((run_dir / DIAG_FILE).exists() or (run_dir / CONFIG_FILE).exists()):
+        return None
+    if list_checkpoints(run_dir):
+        raise UsageError(
+            f"run folder {run_dir} already holds a run: continue it with --resume {run_dir}, "
+            "or pick another --out or --fold"
+        )
+    diag = run_dir / DIAG_FILE
+    n = diag.read_bytes().count(b"\n") if diag.exists() else 0
+    return (
+        f"run folder {run_dir} holds a run that ended before its first checkpoint ({n} diag lines, nothing to "
+        "resume from): a new run replaces it"
     )
 
 
@@ -364,11 +407,19 @@ def _resolve_resume(args: argparse.Namespace, sha: str) -> Plan:
             " --max-payloads-waiting, --time-limit-s, --serial may change)"
         )
     try:
-        saved = json.loads((run_dir / CONFIG_FILE).read_text())
+        text = (run_dir / CONFIG_FILE).read_text()
+        saved = json.loads(text)
         config = from_dict(RunConfig, saved["run"]).validate()
         driver = from_dict(DriverConfig, {**saved["driver"], **_driver_flags(args)})
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise UsageError(f"cannot resume {run_dir}: {CONFIG_FILE} unreadable ({err}); pass a run folder") from None
+    changes = config_changes(run_dir, text) or []
+    if changes and not args.allow_config_change:
+        raise UsageError(
+            f"cannot resume {run_dir}: its {CONFIG_FILE} was changed since the run wrote it: {'; '.join(changes)}; "
+            "undo the edit, or pass --allow-config-change to continue the run on the changed config; nothing was "
+            "changed"
+        )
     errs = driver.errors()
     spaces = _probe(config, errs)
     if spaces is not None and not errs:  # e.g. more --rollout-workers than this machine holds
@@ -379,12 +430,20 @@ def _resolve_resume(args: argparse.Namespace, sha: str) -> Plan:
         raise ConfigError(errs)
     diag_path = run_dir / DIAG_FILE
     last = max((r["step"] for r in step_records(read_diag(diag_path))), default=0) if diag_path.exists() else 0
-    # The newest checkpoint the diag file reaches: a crash between a checkpoint and its diag line leaves a
-    # checkpoint one step ahead of the file; the one before it is kept for exactly this.
-    usable = [(s, p) for s, p in list_checkpoints(run_dir) if s <= last]
-    if not usable:
-        raise UsageError(f"cannot resume {run_dir}: no checkpoint at or before its last diag step {last}")
-    step, ckpt = usable[-1]
+    done = _done_at(run_dir)
+    if done is not None and done >= driver.steps and args.resume_checkpoint is None:
+        raise UsageError(
+            f"{run_dir} is done at update {done} (summary.json): resuming it to --steps {driver.steps} would "
+            f"change nothing; pass --steps N > {done} to train it further; nothing was changed"
+        )
+    # The newest checkpoint the diag file reaches that this learner loads: a crash between a checkpoint and its
+    # diag line leaves a checkpoint one step ahead of the file; the one before it is kept for this.
+    point = resume_point(run_dir, last, config.learner, spaces.obs_dim, spaces.n_actions, chosen=args.resume_checkpoint)
+    notes = list(point.notes)
+    if changes:
+        notes.append(
+            f"{CONFIG_FILE} changed since the run wrote it, accepted (--allow-config-change): " + "; ".join(changes)
+        )
     if saved.get("code_sha") != sha:
         print(f"warning: {run_dir} was started by code {saved.get('code_sha')}, resuming with {sha}", file=sys.stderr)
     return Plan(
@@ -394,11 +453,25 @@ def _resolve_resume(args: argparse.Namespace, sha: str) -> Plan:
         run_dir=run_dir,
         code_sha=sha,
         baseline=saved.get("baseline"),
-        resume_step=step,
-        checkpoint=ckpt,
+        resume_step=point.step,
+        checkpoint=point.checkpoint,
         serial=args.serial,
         quiet=args.quiet,
+        fresh=False,
+        monitor_resume_at=point.step,
+        notes=tuple(notes),
+        config_change=tuple(changes),
     )
+
+
+def _done_at(run_dir: Path) -> int | None:
+    """The step a run ended 'done' at by its summary.json; None when it did not (or the file says nothing)."""
+    try:
+        summary = json.loads((run_dir / SUMMARY_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    step = summary.get("step") if isinstance(summary, dict) and summary.get("status") == "done" else None
+    return step if isinstance(step, int) else None
 
 
 def write_config(plan: Plan) -> None:
@@ -411,9 +484,9 @@ def write_config(plan: Plan) -> None:
         "run": plan.config.to_dict(),
         "driver": dataclasses.asdict(plan.driver),
     }
-    tmp = plan.run_dir / (CONFIG_FILE + ".tmp")
-    tmp.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, plan.run_dir / CONFIG_FILE)
+    text = json.dumps(doc, indent=2, sort_keys=True) + "\n"
+    write_atomic(plan.run_dir / CONFIG_FILE, text)
+    record_config(plan.run_dir, text)  # what a resume compares config.json with
 
 
 def _connect_ray(ray_init: Callable[[], None] | None) -> None:
@@ -454,8 +527,23 @@ def main(
 ) -> int:
     """Parse, resolve, run; returns the exit code (0 done or stopped, 3 killed, 1 error). `after(plan, code)` runs
     once the run has ended (foxhunt_ray.local evaluates the run there) and returns the exit code; `defaults` are
-    the entry point's for the flags left out."""
+    the entry point's for the flags left out. The run folder's lock is held from before the run is read (a
+    resume) or written (a new run) until `after` has returned."""
     args = parse_args(argv, prog, defaults)
+    lock: RunLock | None = None
+    try:
+        if args.resume is not None and (Path(args.resume) / CONFIG_FILE).is_file():
+            lock = RunLock.acquire(args.resume)  # before reading it: a writer still at it would move it under us
+        return _main(args, lock, ray_init=ray_init, hook=hook, after=after)
+    except (UsageError, ValueError, OSError) as err:  # ConfigError, DiagFileError, RunFolderError are ValueErrors
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_ERROR
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _main(args: argparse.Namespace, lock: RunLock | None, *, ray_init, hook, after) -> int:
     try:
         plan = resolve(args)
         stamp = {
@@ -464,20 +552,52 @@ def main(
             "env_id": plan.config.env_id,
             "fold": plan.driver.fold,
         }
-        resume_at = plan.resume_step if plan.checkpoint is not None else None
         if not plan.serial:
             _connect_ray(ray_init)  # before the run folder: a cluster that is not there leaves no half run
-        if plan.resume_step == 0:
-            write_config(plan)
-        if plan.serial:
-            monitor = Monitor(plan.run_dir, plan.config.kill, plan.baseline, stamp=stamp, resume_at=resume_at)
-        else:
-            from foxhunt_ray.remote import MonitorHandle
-
-            monitor = MonitorHandle(plan.run_dir, plan.config.kill, plan.baseline, stamp=stamp, resume_at=resume_at)
+        if lock is None:
+            lock = RunLock.acquire(plan.run_dir)
+        try:
+            monitor = _open_run(plan, stamp)
+        except BaseException:
+            lock.release()
+            raise
     except (UsageError, ValueError, OSError) as err:  # ConfigError and DiagFileError are ValueErrors
         print(f"error: {err}", file=sys.stderr)
         return EXIT_ERROR
+    try:
+        return _run(plan, monitor, hook=hook, after=after)
+    finally:
+        lock.release()
+
+
+def _open_run(plan: Plan, stamp: dict) -> Monitor:
+    """Under the run folder's lock: the folder checked again (another run may have taken it meanwhile), what the
+    user must know printed, config.json written (a new run) or a config change recorded, and the monitor opened
+    (which cuts diag.jsonl back to the step the run restarts from)."""
+    if plan.fresh:
+        note = check_fresh(plan.run_dir)
+        plan.notes = (note,) if note else ()
+        plan.monitor_resume_at = 0 if note else None
+    for note in plan.notes:
+        print(f"note: {note}", file=sys.stderr, flush=True)
+    remove_tmp_files(plan.run_dir)  # what a crash mid-write left: no other writer can be at it now
+    if plan.fresh:
+        if plan.monitor_resume_at is not None:  # the replaced run's outcome is not this one's
+            (plan.run_dir / SUMMARY_FILE).unlink(missing_ok=True)
+        write_config(plan)
+    elif plan.config_change:
+        accept_config_change(
+            plan.run_dir, (plan.run_dir / CONFIG_FILE).read_text(), plan.resume_step, list(plan.config_change)
+        )
+    args = (plan.run_dir, plan.config.kill, plan.baseline)
+    if plan.serial:
+        return Monitor(*args, stamp=stamp, resume_at=plan.monitor_resume_at)
+    from foxhunt_ray.remote import MonitorHandle
+
+    return MonitorHandle(*args, stamp=stamp, resume_at=plan.monitor_resume_at)
+
+
+def _run(plan: Plan, monitor, *, hook, after) -> int:
     progress = Progress(plan)
     mode = "serial" if plan.serial else "ray"
     print(
@@ -495,8 +615,7 @@ def main(
             code = run_ray(plan, monitor, progress, hook)
     except Exception as err:
         progress.end_line()
-        traceback.print_exc()
-        code = monitor.finish("error", f"{type(err).__name__}: {err}")
+        code = _end_in_error(plan, monitor, err)
     finally:
         monitor.close()
         if previous is not None:
@@ -507,3 +626,37 @@ def main(
     print(f"run folder {plan.run_dir}  exit {code}", flush=True)
     code = code if code is not None else EXIT_OK
     return after(plan, code) if after is not None else code
+
+
+def _end_in_error(plan: Plan, monitor, err: Exception) -> int:
+    """A run that raised: summary.json 'error' and EXIT_ERROR. A full disk gets one line (what happened, what is
+    kept, what to do) instead of a traceback, and its temporary files are removed first: they may free the few
+    bytes summary.json needs; when even that fails, the message says so and the previous summary stays."""
+    full = disk_full(err)
+    if full is None:
+        traceback.print_exc()
+        message = f"{type(err).__name__}: {err}"
+    else:
+        remove_tmp_files(plan.run_dir)
+        last = monitor.last["step"] if getattr(monitor, "last", None) else plan.resume_step
+        what = {
+            errno.EDQUOT: f"the disk quota for {plan.run_dir} is used up",
+            errno.EFBIG: f"a file in {plan.run_dir} reached the size this process may write (ulimit -f)",
+        }.get(full.errno, f"the disk holding {plan.run_dir} is full")
+        message = (
+            f"{what} ({full.strerror or full}): the run stopped after update {last}; diag.jsonl ends with whole "
+            f"lines and the kept checkpoints are whole; free some space, then resume with --resume {plan.run_dir}"
+        )
+        print(f"error: {message}", file=sys.stderr, flush=True)
+    try:
+        return monitor.finish("error", message)
+    except Exception as again:
+        if disk_full(again) is None:
+            raise
+        print(
+            f"error: summary.json not written, the disk is still full ({SUMMARY_FILE} keeps what it held before)",
+            file=sys.stderr,
+            flush=True,
+        )
+        monitor.exit_code = EXIT_ERROR
+        return EXIT_ERROR

@@ -1,0 +1,265 @@
+"""A run folder's safety: one writer at a time, the config as written, and where a resume may restart.
+
+- **The lock** (`RunLock`, the file `run.lock`): the process that writes a run folder (the driver; in Ray mode
+  its monitor and learner actors write for it and die with it) holds an exclusive `flock` on `run.lock` for the
+  run's whole life; the OS releases it when that process ends, a crash or `kill -9` included. A second writer
+  (a `--resume` of a run still running, a second run into the same folder) is refused with the folder and the
+  pid and host holding it, before it writes anything. The file stays (removing it would let a third process lock
+  a new file while a second still holds the old one) and names the last holder.
+- **The config as written**: `config.sha256` (the `sha256sum` line of config.json as the driver wrote it) and
+  `config.written.json` (that text) let a resume tell a hand-edited config.json from the one the run started
+  with, and name the fields that differ (`config_changes`); an accepted change (`--allow-config-change`) is
+  appended to `config_changes.jsonl` and becomes the recorded config.
+- **Where a resume restarts** (`resume_point`): the newest kept checkpoint that diag.jsonl reaches and that this
+  run's learner can load (read without running any pickled code, its format, step and learner config checked
+  before anything in the folder changes), falling back to the older one and saying why; or one the user
+  names; or step 0 when the run died before its first checkpoint.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import hashlib
+import json
+import os
+import socket
+import time
+from pathlib import Path
+
+from actors.files import write_atomic
+from actors.learner_worker import RUN_CHECKPOINT_FORMAT, checkpoint_path, list_checkpoints
+from learner.config import LearnerConfig
+from learner.learner import config_differences
+
+LOCK_FILE = "run.lock"
+CONFIG_HASH_FILE = "config.sha256"
+CONFIG_WRITTEN_FILE = "config.written.json"
+CONFIG_CHANGES_FILE = "config_changes.jsonl"
+
+
+class RunFolderError(ValueError):
+    """A run folder that cannot be written or resumed as asked; the message names the folder and what to do."""
+
+
+class RunLock:
+    """An exclusive flock on run_dir/run.lock, held until release() or the process ends."""
+
+    def __init__(self, run_dir: str | Path):
+        self.path = Path(run_dir) / LOCK_FILE
+        self._fd = -1
+
+    @classmethod
+    def acquire(cls, run_dir: str | Path) -> RunLock:
+        """Locks run_dir (creating it); raises RunFolderError naming the holder when another process writes it."""
+        lock = cls(run_dir)
+        lock.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(lock.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise RunFolderError(
+                f"run folder {lock.path.parent} is being written by {lock.holder()}: one process writes a run "
+                "folder at a time; wait for that run to end (or stop it), then resume it; nothing was written"
+            ) from None
+        except BaseException:
+            os.close(fd)
+            raise
+        lock._fd = fd
+        me = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        try:  # in place: a new file (an atomic rename) would be a lock nobody holds
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, (json.dumps(me) + "\n").encode(), 0)
+        except OSError:
+            pass  # a full disk: the lock holds all the same, only the holder's name is missing
+        return lock
+
+    def holder(self) -> str:
+        """'pid P on host H (since T)' from the lock file, as far as it can be read."""
+        try:
+            me = json.loads(self.path.read_text())
+            return f"pid {me['pid']} on host {me['host']} (since {me['since']})"
+        except (OSError, ValueError, KeyError, TypeError):
+            return "another process (its pid is not recorded yet)"
+
+    @property
+    def held(self) -> bool:
+        return self._fd >= 0
+
+    def release(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)  # closing the descriptor drops the flock
+            self._fd = -1
+
+    def __enter__(self) -> RunLock:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+# ---- the config as written ------------------------------------------------------------------------------------
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def record_config(run_dir: str | Path, text: str) -> None:
+    """Records config.json's text as written: config.written.json and config.sha256 (`sha256sum -c` reads it)."""
+    run_dir = Path(run_dir)
+    write_atomic(run_dir / CONFIG_WRITTEN_FILE, text)
+    write_atomic(run_dir / CONFIG_HASH_FILE, f"{_sha256(text.encode())}  config.json\n")
+
+
+def _flat(doc, prefix: str = "") -> dict:
+    if isinstance(doc, dict) and doc:
+        out = {}
+        for k, v in doc.items():
+            out.update(_flat(v, f"{prefix}{k}."))
+        return out
+    return {prefix[:-1]: doc}
+
+
+def config_changes(run_dir: str | Path, text: str) -> list[str] | None:
+    """How config.json's text differs from the config the run recorded: None when the run recorded none (older
+    code), [] when it is the same (or only its layout changed), else one 'field: written -> now' per field."""
+    run_dir = Path(run_dir)
+    hash_path = run_dir / CONFIG_HASH_FILE
+    if not hash_path.exists():
+        return None
+    recorded = hash_path.read_text().split()[:1]
+    if recorded == [_sha256(text.encode())]:
+        return []
+    try:
+        written = json.loads((run_dir / CONFIG_WRITTEN_FILE).read_text())
+    except (OSError, ValueError) as err:
+        return [f"(config.json's hash differs from {CONFIG_HASH_FILE}, and {CONFIG_WRITTEN_FILE} is unreadable: {err})"]
+    old, new = _flat(written), _flat(json.loads(text))
+    missing = object()
+    return [
+        f"{k}: {json.dumps(old[k]) if k in old else '(absent)'} -> {json.dumps(new[k]) if k in new else '(absent)'}"
+        for k in sorted(set(old) | set(new))
+        if old.get(k, missing) != new.get(k, missing)
+    ]
+
+
+def accept_config_change(run_dir: str | Path, text: str, step: int, changes: list[str]) -> None:
+    """config.json as it is now becomes the recorded config; config_changes.jsonl keeps what changed and when."""
+    run_dir = Path(run_dir)
+    line = json.dumps({"time": time.time(), "resumed_at_step": step, "changes": changes}) + "\n"
+    with open(run_dir / CONFIG_CHANGES_FILE, "a") as f:
+        f.write(line)
+    record_config(run_dir, text)
+
+
+# ---- where a resume restarts ------------------------------------------------------------------------------------
+
+
+def checkpoint_problem(path: Path, learner: LearnerConfig, obs_dim: int, n_actions: int) -> tuple[int, str | None]:
+    """(its step, None) for a checkpoint this run's learner can load, else (step or -1, why not). Read with
+    weights_only (no pickled code runs) and mmap (its replay is not read)."""
+    import torch
+
+    try:
+        if path.stat().st_size == 0:
+            return -1, "the file is empty (a write that never finished)"
+        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception as err:  # torch raises many types: truncated zip, unsafe pickle, not a torch file
+        why = str(err).strip().splitlines()[0][:200] if str(err).strip() else ""
+        return -1, f"unreadable ({type(err).__name__}{': ' + why if why else ''})"
+    if not isinstance(state, dict) or state.get("format") != RUN_CHECKPOINT_FORMAT:
+        got = state.get("format") if isinstance(state, dict) else type(state).__name__
+        return -1, f"not a run checkpoint (format {got!r}, expected {RUN_CHECKPOINT_FORMAT!r})"
+    step, saved = state.get("step"), state.get("learner")
+    if not isinstance(step, int) or not isinstance(saved, dict) or not isinstance(saved.get("config"), dict):
+        return -1, "not a run checkpoint (no step or learner config)"
+    diff = config_differences(learner, saved["config"])
+    if diff:
+        shown = ", ".join(f"{k}={saved['config'].get(k)!r} (config.json: {getattr(learner, k, None)!r})" for k in diff)
+        return step, f"written by another learner: {shown}"
+    if (saved.get("obs_dim"), saved.get("n_actions")) != (obs_dim, n_actions):
+        return step, (
+            f"trained on obs_dim {saved.get('obs_dim')}, {saved.get('n_actions')} actions; this env gives "
+            f"{obs_dim}, {n_actions}"
+        )
+    return step, None
+
+
+@dataclasses.dataclass(kw_only=True, frozen=True)
+class ResumePoint:
+    step: int
+    """The learner step the run restarts from (0: from scratch)."""
+    checkpoint: Path | None
+    notes: tuple[str, ...] = ()
+    """What the user is told: checkpoints passed over and why, a fresh start."""
+
+
+def resume_point(
+    run_dir: str | Path,
+    last_step: int,
+    learner: LearnerConfig,
+    obs_dim: int,
+    n_actions: int,
+    chosen: str | None = None,
+) -> ResumePoint:
+    """Where a resume of run_dir restarts, given its diag.jsonl's last step. chosen (--resume-checkpoint): a step
+    kept in checkpoints/, a checkpoint file, or '0' (from scratch); None: the newest usable checkpoint at or before
+    last_step, else an older one, else step 0 when the run never kept one. Raises RunFolderError when a chosen
+    checkpoint is unusable or none of the kept ones is."""
+    run_dir = Path(run_dir)
+    kept = list_checkpoints(run_dir)
+    steps = [s for s, _ in kept]
+    if chosen is not None:
+        if chosen.strip() == "0":
+            return ResumePoint(
+                step=0,
+                checkpoint=None,
+                notes=(
+                    f"starting over from step 0 as asked: the {last_step} diag lines are dropped and recorded again",
+                ),
+            )
+        path = checkpoint_path(run_dir, int(chosen)) if chosen.strip().isdigit() else Path(chosen)
+        if not path.is_file():
+            raise RunFolderError(
+                f"--resume-checkpoint={chosen}: {path} does not exist; {run_dir} keeps checkpoints at steps {steps} "
+                "(or 0: start over)"
+            )
+        step, why = checkpoint_problem(path, learner, obs_dim, n_actions)
+        if why is None and step > last_step:
+            why = f"its step {step} is past diag.jsonl's last step {last_step} (the lines in between are lost)"
+        if why is not None:
+            raise RunFolderError(f"--resume-checkpoint={chosen}: cannot resume {run_dir} from {path}: {why}")
+        return ResumePoint(step=step, checkpoint=path)
+    if not kept:
+        return ResumePoint(
+            step=0,
+            checkpoint=None,
+            notes=(
+                f"{run_dir} holds no checkpoint (the run ended before its first): starting over from step 0"
+                + (f"; its {last_step} diag lines are dropped and recorded again" if last_step else ""),
+            ),
+        )
+    notes, refused = [], []
+    for step, path in reversed(kept):
+        if step > last_step:  # a crash between a checkpoint and its diag line: the older one is kept for this
+            refused.append(f"{path.name}: past diag.jsonl's last step {last_step}")
+            continue
+        got, why = checkpoint_problem(path, learner, obs_dim, n_actions)
+        if why is None and got != step:
+            why = f"it holds step {got}, not {step}"
+        if why is not None:
+            refused.append(f"{path.name}: {why}")
+            notes.append(f"checkpoint {path} cannot be used: {why}")
+            continue
+        if notes:
+            notes.append(
+                f"falling back to the older checkpoint {path}: steps {step + 1}..{last_step} are run again "
+                f"(their diag lines dropped); --resume-checkpoint STEP|PATH picks another"
+            )
+        return ResumePoint(step=step, checkpoint=path, notes=tuple(notes))
+    raise RunFolderError(
+        f"cannot resume {run_dir}: no kept checkpoint can be loaded ({'; '.join(refused)}); name one with "
+        "--resume-checkpoint PATH, or --resume-checkpoint 0 to start over from step 0; nothing was changed"
+    )
