@@ -96,6 +96,9 @@ def make_inputs(cfg: dict, device, seed: int) -> dict[str, torch.Tensor]:
         "w_out": randn(N, H, scale=H**-0.5),
         "b_out": randn(N),
         "grad_iqn": randn(B, T, N),
+        "valid": rand(S, B) < 0.9,
+        "roll_obs": randn(S + 1, B, 8),
+        "roll_actions": torch.randint(0, N, (S, B), generator=g, device=device),
         "soft_target": randn(B * H + 3),
         "soft_online": randn(B * H + 3),
     }
@@ -216,6 +219,29 @@ def check_size(cfg: dict, dtype, device, seed: int, results: list) -> None:
     want = ref.gae(xt["rewards"], xt["values"], xt["next_values"], x["terminated"], ends, 0.99, 0.95)
     record("gae", "advantages", got[0], want[0])
     record("gae", "returns", got[1], want[1])
+
+    # n-step returns and the replay write (the learner's per-payload and per-step host work, as kernels)
+    got = ops.nstep_returns(x["rewards"], x["valid"], x["terminated"], x["truncated"], 0.99, 3, 0.5)
+    want = ref.nstep_returns(xt["rewards"], x["valid"], x["terminated"], x["truncated"], 0.99, 3, 0.5)
+    record("nstep_returns", "ret", got[0], want[0])
+    record("nstep_returns", "discount", got[1], want[1])
+    exact = torch.equal(got[2], want[2])
+    results.append({"op": "nstep_returns", "what": "next_row_exact", "dtype": str(dtype), **cfg, "ok": exact})
+    flat = x["valid"].reshape(-1).nonzero().squeeze(1)
+    cap = max(1, flat.numel() + 5)
+    cursor = cap - 3  # wraps
+    ring = {
+        "obs": torch.zeros(cap, 8, dtype=dtype, device=device),
+        "action": torch.zeros(cap, dtype=torch.int64, device=device),
+        "ret": torch.zeros(cap, dtype=dtype, device=device),
+        "discount": torch.zeros(cap, dtype=dtype, device=device),
+        "next_obs": torch.zeros(cap, 8, dtype=dtype, device=device),
+    }
+    ring_ref = {k: v.clone() for k, v in ring.items()}
+    ops.replay_write_(ring, x["roll_obs"], x["roll_actions"], got, flat, cursor)
+    ref.replay_write_(*ring_ref.values(), x["roll_obs"], x["roll_actions"], *got, flat, cursor)
+    same = all(torch.equal(ring[k], ring_ref[k]) for k in ring)
+    results.append({"op": "replay_write_", "what": "rows_exact", "dtype": str(dtype), **cfg, "ok": bool(same)})
 
     for offset in (0, 1):  # offset 1 breaks 16-byte alignment: the scalar path
         tgt, onl = x["soft_target"][offset:].clone(), x["soft_online"][offset:].clone()

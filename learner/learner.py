@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import numbers
 from collections.abc import Callable, Mapping
 
@@ -39,7 +40,6 @@ from learner.replay import (
     OnPolicyQueue,
     ReplayBuffer,
     Rollout,
-    gather_transitions,
     nstep_returns,
     nstep_transitions,
     rollout_from_batch,
@@ -201,7 +201,8 @@ class Learner:
         # dozen tiny [T, B] ops are cheaper there than as kernel launches.
         host = rollout_from_batch(batch, obs_dim=self.obs_dim, n_actions=self.n_actions)
         nstep = nstep_transitions(host, cfg.gamma, cfg.n_step, cfg.reward_scale)
-        pending = self._step(host, {k: v.to(self.device, non_blocking=True) for k, v in nstep.items()})
+        transitions = {k: v.to(self.device, non_blocking=True) for k, v in nstep.items()}
+        pending = self._step(host, lambda: self.replay.add(transitions))
         return self._finish(pending, pending.values.tolist())  # one device sync
 
     def updates(self, batch: dict) -> list[dict[str, float]]:
@@ -265,7 +266,8 @@ class Learner:
                 valid_idx=local[c],
                 policy_version=host.policy_version,
             )
-            pendings.append(self._step(part, gather_transitions(whole, returns, flat[c])))
+            # the minibatch's valid steps go from the rollout straight into the ring (one kernel on CUDA)
+            pendings.append(self._step(part, functools.partial(self.replay.add_rows, whole, returns, flat[c])))
         return pendings
 
     def finish_updates(self, pendings: list[_Pending]) -> list[dict[str, float]]:
@@ -280,22 +282,23 @@ class Learner:
             at += n
         return out
 
-    def _step(self, host: Rollout, transitions: dict[str, torch.Tensor]) -> _Pending:
-        """One learner step; its diag values stay on the device (a _Pending) until `_finish` reads them."""
+    def _step(self, host: Rollout, add_to_replay: Callable[[], None]) -> _Pending:
+        """One learner step: `add_to_replay()` writes its n-step transitions into replay, then the update; its diag
+        values stay on the device (a _Pending) until `_finish` reads them."""
         if self.device.type != "cuda":
-            return self._step_body(host, transitions)
+            return self._step_body(host, add_to_replay)
         # cfg.matmul_precision for this step's matmuls (and the kernels a CUDA graph captures), then the
         # caller's setting back: the flag is process-wide
         before = torch.get_float32_matmul_precision()
         torch.set_float32_matmul_precision(self.cfg.matmul_precision)
         try:
-            return self._step_body(host, transitions)
+            return self._step_body(host, add_to_replay)
         finally:
             torch.set_float32_matmul_precision(before)
 
-    def _step_body(self, host: Rollout, transitions: dict[str, torch.Tensor]) -> _Pending:
+    def _step_body(self, host: Rollout, add_to_replay: Callable[[], None]) -> _Pending:
         cfg = self.cfg
-        self.replay.add(transitions)
+        add_to_replay()
         q_trained = len(self.replay) >= cfg.replay_min_size
         if self.graph is not None and q_trained and not self.queue:
             ro = host  # the queue is empty: what it would pop is this rollout, copied straight into the graph

@@ -14,6 +14,8 @@ from dataclasses import dataclass, fields
 import numpy as np
 import torch
 
+from learner import ops
+
 BATCH_DTYPES = {
     "obs": torch.float32,
     "actions": torch.int64,
@@ -124,28 +126,8 @@ def nstep_transitions(r: Rollout, gamma: float, n: int, reward_scale: float) -> 
 def nstep_returns(r: Rollout, gamma: float, n: int, reward_scale: float) -> tuple[torch.Tensor, ...]:
     """(ret, discount, next_row), each [T, B], of every step of r (nstep_transitions' arithmetic, elementwise per
     env: a minibatch of envs gets exactly its columns). next_row is the flat row t' * B + b of obs[T+1, B] that
-    step (t, b) bootstraps from."""
-    t_len, b = r.rewards.shape
-    dev = r.rewards.device
-    t_idx = torch.arange(t_len, device=dev)[:, None].expand(t_len, b)
-    ret = torch.zeros(t_len, b, device=dev)
-    steps = torch.zeros(t_len, b, dtype=torch.int64, device=dev)
-    alive = r.valid.clone()
-    end = r.terminated | r.truncated
-    for k in range(n):
-        tk = t_idx + k
-        inside = tk < t_len
-        tkc = tk.clamp(max=t_len - 1)
-        take = alive & inside
-        ret += torch.where(take, (gamma**k) * r.rewards.gather(0, tkc) * reward_scale, 0.0)
-        steps += take.long()
-        next_valid = r.valid.gather(0, (tkc + 1).clamp(max=t_len - 1)) & (tk + 1 < t_len)
-        alive = take & ~end.gather(0, tkc) & next_valid
-    last = t_idx + steps - 1
-    term_last = r.terminated.gather(0, last.clamp(min=0))
-    discount = torch.where(term_last, 0.0, torch.pow(torch.full_like(ret, gamma), steps.to(ret.dtype)))
-    next_row = (t_idx + steps) * b + torch.arange(b, device=dev)
-    return ret, discount, next_row
+    step (t, b) bootstraps from. One kernel on CUDA (learner.ops.nstep_returns), the reference elsewhere."""
+    return ops.nstep_returns(r.rewards, r.valid, r.terminated, r.truncated, gamma, n, reward_scale)
 
 
 def gather_transitions(r: Rollout, returns: tuple[torch.Tensor, ...], flat_idx: torch.Tensor) -> dict:
@@ -190,6 +172,17 @@ class ReplayBuffer:
         idx = (self.cursor + torch.arange(n, device=self.device)) % self.capacity
         for k in self.KEYS:
             self.data[k][idx] = tr[k]
+        self.cursor = (self.cursor + n) % self.capacity
+        self.size = min(self.size + n, self.capacity)
+
+    def add_rows(self, r: Rollout, returns: tuple[torch.Tensor, ...], flat_idx: torch.Tensor) -> None:
+        """`add(gather_transitions(r, returns, flat_idx))` without the gathered copies: the steps at flat indices
+        t * B + b of r (on this buffer's device, with their nstep_returns) go straight into the ring, one kernel on
+        CUDA (learner.ops.replay_write_)."""
+        n = flat_idx.numel()
+        if n > self.capacity:  # more than fits: only the newest `capacity` survive anyway
+            flat_idx, n = flat_idx[-self.capacity :], self.capacity
+        ops.replay_write_(self.data, r.obs, r.actions, returns, flat_idx, self.cursor)
         self.cursor = (self.cursor + n) % self.capacity
         self.size = min(self.size + n, self.capacity)
 

@@ -28,6 +28,7 @@ def test_kernel_sources_exist():
         "ensemble_q.cu",
         "gae.cu",
         "iqn_head.cu",
+        "replay_write.cu",
         "soft_update.cu",
     } <= names
 

@@ -15,7 +15,14 @@ from foxhunt_ray.presets import PRESET_NAMES, preset
 from learner import losses as L
 from learner.config import LearnerConfig
 from learner.diag import qpa
-from learner.replay import ReplayBuffer, Rollout, nstep_transitions, rollout_from_batch
+from learner.replay import (
+    ReplayBuffer,
+    Rollout,
+    gather_transitions,
+    nstep_returns,
+    nstep_transitions,
+    rollout_from_batch,
+)
 
 
 def test_c51_cross_entropy_matches_hand_sum():
@@ -259,6 +266,22 @@ def test_replay_ring_wraps_and_samples_only_stored_rows():
     s = rb.sample(200)
     assert set(s["action"].tolist()) == {1, 2, 3, 4, 5}
     assert torch.equal(s["obs"][:, 0], s["action"].float())
+
+
+@pytest.mark.parametrize("capacity", [7, 40, 1000])
+def test_add_rows_writes_what_add_of_the_gathered_transitions_writes(capacity):
+    """ReplayBuffer.add_rows (the learner worker's path: rollout -> ring in one op) against add(gather_transitions)
+    over three rollouts, wrapping the ring (capacity 7 and 40) and more rows than fit at once (capacity 7)."""
+    a = ReplayBuffer(capacity=capacity, obs_dim=2, device=torch.device("cpu"), seed=0)
+    b = ReplayBuffer(capacity=capacity, obs_dim=2, device=torch.device("cpu"), seed=0)
+    for seed in range(3):
+        r = _random_rollout(seed)
+        returns = nstep_returns(r, 0.9, 3, 0.5)
+        a.add_rows(r, returns, r.valid_idx)
+        b.add(gather_transitions(r, returns, r.valid_idx))
+        assert (a.cursor, a.size) == (b.cursor, b.size)
+        for k in ReplayBuffer.KEYS:
+            assert torch.equal(a.data[k], b.data[k]), k
 
 
 def test_config_errors_name_each_bad_value():

@@ -91,6 +91,29 @@ def sample_inputs(dtype, rows=5, seed=0, requires_grad=False, device="cpu"):
             rand(rows, n_q, hidden),
             rand(n_actions, hidden),
         ),
+        "nstep_returns": (
+            rand(steps, rows),
+            (torch.rand(steps, rows, generator=g) < 0.9).to(device),
+            (torch.rand(steps, rows, generator=g) < 0.2).to(device),
+            (torch.rand(steps, rows, generator=g) < 0.2).to(device),
+            0.9,
+            3,
+            0.5,
+        ),
+        "replay_write_": (
+            rand(11, hidden),
+            torch.zeros(11, dtype=torch.int64, device=device),
+            rand(11),
+            rand(11),
+            rand(11, hidden),
+            rand(steps + 1, rows, hidden),
+            torch.randint(0, n_actions, (steps, rows), generator=g).to(device),
+            rand(steps, rows),
+            rand(steps, rows).abs(),
+            torch.randint(0, (steps + 1) * rows, (steps, rows), generator=g).to(device),
+            torch.tensor([0, 3, 7, 2, 19, 5], device=device),
+            8,
+        ),
         "soft_update_": (rand(37), rand(37), 0.05),
     }
 
@@ -108,6 +131,7 @@ REFERENCE_OF = {
     "c51_project": ref.c51_project,
     "gae": ref.gae,
     "iqn_head": ref.iqn_head,
+    "nstep_returns": ref.nstep_returns,
 }
 
 
@@ -177,6 +201,22 @@ def test_iqn_head_backward_matches_autograd_of_the_reference():
     for g, w in zip(got, want, strict=True):
         torch.testing.assert_close(g, w)
     assert torch.count_nonzero(got[1][0, 0, :3]) == 0
+
+
+def test_replay_write_writes_the_reference_rows_around_the_ring():
+    args = sample_inputs(F32, seed=9)["replay_write_"]
+    got, want = [t.clone() for t in args[:5]], [t.clone() for t in args[:5]]
+    torch.ops.foxhunt.replay_write_(*got, *args[5:])
+    ref.replay_write_(*want, *args[5:])
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w)
+    obs, next_row, flat_idx, cursor = args[5], args[9], args[10], args[11]
+    rows = obs.reshape(-1, obs.shape[-1])
+    # six transitions from cursor 8 of an 11-row ring: rows 8, 9, 10, 0, 1, 2; the rest untouched
+    torch.testing.assert_close(got[0][[8, 9, 10, 0, 1, 2]], rows[flat_idx])
+    torch.testing.assert_close(got[4][[8, 9, 10, 0, 1, 2]], rows[next_row.reshape(-1)[flat_idx]])
+    torch.testing.assert_close(got[0][3:8], args[0][3:8])
+    assert cursor == 8
 
 
 def test_ops_compile_with_fake_impls():

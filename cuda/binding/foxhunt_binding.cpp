@@ -351,6 +351,74 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> iqn_head_backward(const Tensor& grad_
   return {grad_h, grad_pre, grad_w_out, grad_b_out};
 }
 
+std::tuple<Tensor, Tensor, Tensor> nstep_returns(const Tensor& rewards_in, const Tensor& valid_in,
+                                                 const Tensor& terminated_in, const Tensor& truncated_in,
+                                                 double gamma, int64_t n, double reward_scale) {
+  static constexpr const char* op = "nstep_returns";
+  const auto dtype = floating(op, rewards_in);
+  const auto dev = rewards_in.device();
+  TORCH_CHECK(rewards_in.dim() == 2, "foxhunt::nstep_returns: rewards must be [T, B]");
+  TORCH_CHECK(n >= 1 && n <= 1024, "foxhunt::nstep_returns: n=", n, " must be in [1, 1024]");
+  const int64_t steps = rewards_in.size(0), columns = rewards_in.size(1);
+  const Tensor rewards = checked(op, "rewards", rewards_in, dev, dtype, {steps, columns});
+  const Tensor valid = checked(op, "valid", valid_in, dev, at::kBool, {steps, columns});
+  const Tensor terminated = checked(op, "terminated", terminated_in, dev, at::kBool, {steps, columns});
+  const Tensor truncated = checked(op, "truncated", truncated_in, dev, at::kBool, {steps, columns});
+  const c10::cuda::CUDAGuard guard(dev);
+  Tensor ret = at::empty({steps, columns}, rewards.options());
+  Tensor discount = at::empty({steps, columns}, rewards.options());
+  Tensor next_row = at::empty({steps, columns}, rewards.options().dtype(at::kLong));
+  const auto stream = c10::cuda::getCurrentCUDAStream();
+  AT_DISPATCH_FLOATING_TYPES(dtype, op, [&] {
+    foxhunt::launch_nstep_returns<scalar_t>(
+        rewards.data_ptr<scalar_t>(), valid.data_ptr<bool>(), terminated.data_ptr<bool>(), truncated.data_ptr<bool>(),
+        gamma, static_cast<int>(n), static_cast<scalar_t>(reward_scale), ret.data_ptr<scalar_t>(),
+        discount.data_ptr<scalar_t>(), next_row.data_ptr<int64_t>(), as_int(op, steps), as_int(op, columns), stream);
+  });
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return {ret, discount, next_row};
+}
+
+void replay_write_(const Tensor& d_obs, const Tensor& d_action, const Tensor& d_ret, const Tensor& d_discount,
+                   const Tensor& d_next_obs, const Tensor& obs_in, const Tensor& actions_in, const Tensor& ret_in,
+                   const Tensor& discount_in, const Tensor& next_row_in, const Tensor& flat_idx_in, int64_t cursor) {
+  static constexpr const char* op = "replay_write_";
+  const auto dtype = floating(op, d_obs);
+  const auto dev = d_obs.device();
+  TORCH_CHECK(d_obs.dim() == 2 && obs_in.dim() == 3 && actions_in.dim() == 2,
+              "foxhunt::replay_write_: replay obs [C, D], rollout obs [T+1, B, D] and actions [T, B] expected");
+  const int64_t capacity = d_obs.size(0), obs_dim = d_obs.size(1);
+  const int64_t steps = actions_in.size(0), columns = actions_in.size(1), n = flat_idx_in.numel();
+  TORCH_CHECK(capacity >= 1 && n <= capacity, "foxhunt::replay_write_: ", n, " transitions do not fit a ring of ",
+              capacity, " (keep the newest capacity of them)");
+  TORCH_CHECK(cursor >= 0 && cursor < capacity, "foxhunt::replay_write_: cursor=", cursor, " is outside [0, ",
+              capacity, ")");
+  for (const auto* t : {&d_obs, &d_action, &d_ret, &d_discount, &d_next_obs})
+    TORCH_CHECK(t->is_contiguous() && t->device() == dev, "foxhunt::replay_write_: the replay's tensors must be ",
+                "contiguous and on one device (they are written in place)");
+  checked(op, "d_action", d_action, dev, at::kLong, {capacity});
+  checked(op, "d_ret", d_ret, dev, dtype, {capacity});
+  checked(op, "d_discount", d_discount, dev, dtype, {capacity});
+  checked(op, "d_next_obs", d_next_obs, dev, dtype, {capacity, obs_dim});
+  const Tensor obs = checked(op, "obs", obs_in, dev, dtype, {steps + 1, columns, obs_dim});
+  const Tensor actions = checked(op, "actions", actions_in, dev, at::kLong, {steps, columns});
+  const Tensor ret = checked(op, "ret", ret_in, dev, dtype, {steps, columns});
+  const Tensor discount = checked(op, "discount", discount_in, dev, dtype, {steps, columns});
+  const Tensor next_row = checked(op, "next_row", next_row_in, dev, at::kLong, {steps, columns});
+  const Tensor flat_idx = checked(op, "flat_idx", flat_idx_in, dev, at::kLong, {n});
+  const c10::cuda::CUDAGuard guard(dev);
+  const auto stream = c10::cuda::getCurrentCUDAStream();
+  AT_DISPATCH_FLOATING_TYPES(dtype, op, [&] {
+    foxhunt::launch_replay_write<scalar_t>(
+        d_obs.data_ptr<scalar_t>(), d_action.data_ptr<int64_t>(), d_ret.data_ptr<scalar_t>(),
+        d_discount.data_ptr<scalar_t>(), d_next_obs.data_ptr<scalar_t>(), obs.data_ptr<scalar_t>(),
+        actions.data_ptr<int64_t>(), ret.data_ptr<scalar_t>(), discount.data_ptr<scalar_t>(),
+        next_row.data_ptr<int64_t>(), flat_idx.data_ptr<int64_t>(), n, cursor, capacity, steps * columns,
+        (steps + 1) * columns, as_int(op, obs_dim), stream);
+  });
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
 void soft_update_(const Tensor& target, const Tensor& online_in, double tau) {
   static constexpr const char* op = "soft_update_";
   const auto dtype = floating(op, target);
@@ -382,5 +450,7 @@ TORCH_LIBRARY_IMPL(foxhunt, CUDA, m) {
   m.impl("gae", &gae);
   m.impl("iqn_head", &iqn_head);
   m.impl("iqn_head_backward", &iqn_head_backward);
+  m.impl("nstep_returns", &nstep_returns);
+  m.impl("replay_write_", &replay_write_);
   m.impl("soft_update_", &soft_update_);
 }

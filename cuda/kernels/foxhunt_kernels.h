@@ -74,6 +74,21 @@ void launch_iqn_head_backward(const T* grad, const T* h, const T* pre, const T* 
                               T* grad_w_out, T* grad_b_out, T* partial, int rows, int n_tau, int hidden,
                               int n_actions, cudaStream_t stream);
 
+// n-step returns of every step of a [T,B] rollout (learner.replay.nstep_returns): ret, discount [T,B] and
+// next_row[T,B] (the flat row t' * B + b of obs[T+1,B] the step bootstraps from).
+template <typename T>
+void launch_nstep_returns(const T* rewards, const bool* valid, const bool* terminated, const bool* truncated,
+                          double gamma, int n, T reward_scale, T* ret, T* discount, int64_t* next_row, int steps,
+                          int columns, cudaStream_t stream);
+
+// Replay ring rows (cursor + i) % capacity <- step flat_idx[i] of the rollout (obs[(T+1)B, D], actions, ret,
+// discount, next_row over T*B = `steps`), i < n; the next observation is obs[next_row[flat_idx[i]]].
+template <typename T>
+void launch_replay_write(T* d_obs, int64_t* d_action, T* d_ret, T* d_discount, T* d_next_obs, const T* obs,
+                         const int64_t* actions, const T* ret, const T* discount, const int64_t* next_row,
+                         const int64_t* flat_idx, int64_t n, int64_t cursor, int64_t capacity, int64_t steps,
+                         int64_t obs_rows, int obs_dim, cudaStream_t stream);
+
 // GAE over [T,B], one thread per env column, backwards in time.
 template <typename T>
 void launch_gae(const T* rewards, const T* values, const T* next_values, const bool* terminated,

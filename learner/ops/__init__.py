@@ -33,6 +33,8 @@ __all__ = [
     "iqn_head",
     "iqn_quantile_huber_loss",
     "load_extension",
+    "nstep_returns",
+    "replay_write_",
     "set_backend",
     "soft_update_",
 ]
@@ -272,6 +274,64 @@ def gae(
             rewards, values, next_values, terminated, episode_end, float(gamma), float(lam)
         )
     return reference.gae(rewards, values, next_values, terminated, episode_end, gamma, lam)
+
+
+def _check_mask(name: str, mask: Tensor, like: Tensor) -> None:
+    _check(name, mask, tuple(like.shape), floating=False)
+    if mask.dtype != torch.bool:
+        raise TypeError(f"{name} has dtype {mask.dtype}; pass a bool mask")
+    if mask.device != like.device:
+        raise ValueError(f"{name} is on {mask.device} but the rewards are on {like.device}; move it")
+
+
+def nstep_returns(
+    rewards: Tensor, valid: Tensor, terminated: Tensor, truncated: Tensor, gamma: float, n: int, reward_scale: float
+) -> tuple[Tensor, Tensor, Tensor]:
+    """(ret, discount, next_row), each [T, B], of every step of a [T, B] rollout (learner.replay.nstep_returns)."""
+    _check("rewards", rewards, (None, None))
+    for name, mask in (("valid", valid), ("terminated", terminated), ("truncated", truncated)):
+        _check_mask(name, mask, rewards)
+    if not 0.0 <= gamma <= 1.0:
+        raise ValueError(f"gamma={gamma!r} must be in [0, 1]")
+    if not (isinstance(n, int) and 1 <= n <= 1024):
+        raise ValueError(f"n={n!r} must be an int in [1, 1024]")
+    if _use_kernels(rewards):
+        return torch.ops.foxhunt.nstep_returns(
+            rewards, valid, terminated, truncated, float(gamma), int(n), float(reward_scale)
+        )
+    return reference.nstep_returns(rewards, valid, terminated, truncated, gamma, n, reward_scale)
+
+
+def replay_write_(
+    data: dict[str, Tensor],
+    obs: Tensor,
+    actions: Tensor,
+    returns: tuple[Tensor, Tensor, Tensor],
+    flat_idx: Tensor,
+    cursor: int,
+) -> None:
+    """In place, in one launch: replay ring rows (cursor + i) % C <- the n-step transition of rollout step
+    flat_idx[i] = t * B + b (obs[T+1, B, D], actions[T, B] and `returns` = nstep_returns of the rollout);
+    `data` holds the ring's obs, action, ret, discount and next_obs (learner.replay.ReplayBuffer.data)."""
+    ret, discount, next_row = returns
+    d_obs = data["obs"]
+    _check("obs", obs, (None, None, d_obs.shape[1]), d_obs)
+    t_len, b = actions.shape
+    _check("actions", actions, (t_len, b), floating=False)
+    _check("ret", ret, (t_len, b), d_obs)
+    _check("discount", discount, (t_len, b), d_obs)
+    _check("next_row", next_row, (t_len, b), floating=False)
+    _check("flat_idx", flat_idx, (None,), floating=False)
+    if flat_idx.numel() > d_obs.shape[0] or not 0 <= cursor < d_obs.shape[0]:
+        raise ValueError(
+            f"replay_write_: {flat_idx.numel()} transitions at cursor {cursor} in a ring of {d_obs.shape[0]}: pass at "
+            "most the ring's capacity (the newest ones), from a cursor inside it"
+        )
+    args = (data["obs"], data["action"], data["ret"], data["discount"], data["next_obs"])
+    if _use_kernels(d_obs):
+        torch.ops.foxhunt.replay_write_(*args, obs, actions, ret, discount, next_row, flat_idx, int(cursor))
+    else:
+        reference.replay_write_(*args, obs, actions, ret, discount, next_row, flat_idx, cursor)
 
 
 def soft_update_(target_flat: Tensor, online_flat: Tensor, tau: float) -> None:

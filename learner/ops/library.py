@@ -38,6 +38,14 @@ _SCHEMAS = {
     ),
     "iqn_head": "(Tensor h, Tensor pre, Tensor w_out, Tensor b_out) -> Tensor",
     "iqn_head_backward": "(Tensor grad, Tensor h, Tensor pre, Tensor w_out) -> (Tensor, Tensor, Tensor, Tensor)",
+    "nstep_returns": (
+        "(Tensor rewards, Tensor valid, Tensor terminated, Tensor truncated, float gamma, int n, float reward_scale)"
+        " -> (Tensor, Tensor, Tensor)"
+    ),
+    "replay_write_": (
+        "(Tensor(a!) d_obs, Tensor(b!) d_action, Tensor(c!) d_ret, Tensor(d!) d_discount, Tensor(e!) d_next_obs,"
+        " Tensor obs, Tensor actions, Tensor ret, Tensor discount, Tensor next_row, Tensor flat_idx, int cursor) -> ()"
+    ),
     "soft_update_": "(Tensor(a!) target_flat, Tensor online_flat, float tau) -> ()",
 }
 for _name, _schema in _SCHEMAS.items():
@@ -114,6 +122,21 @@ def _iqn_head_backward_cpu(grad, h, pre, w_out):
     return tuple(t.contiguous() for t in reference.iqn_head_backward(grad, h, pre, w_out))
 
 
+@_cpu("nstep_returns")
+def _nstep_cpu(rewards, valid, terminated, truncated, gamma, n, reward_scale):
+    return tuple(
+        t.contiguous() for t in reference.nstep_returns(rewards, valid, terminated, truncated, gamma, n, reward_scale)
+    )
+
+
+@_cpu("replay_write_")
+def _replay_write_cpu(d_obs, d_action, d_ret, d_discount, d_next_obs, obs, actions, ret, discount, next_row, flat_idx,
+                      cursor):  # fmt: skip
+    reference.replay_write_(
+        d_obs, d_action, d_ret, d_discount, d_next_obs, obs, actions, ret, discount, next_row, flat_idx, cursor
+    )
+
+
 @_cpu("soft_update_")
 def _soft_update_cpu(target_flat, online_flat, tau):
     reference.soft_update_(target_flat, online_flat, tau)
@@ -183,6 +206,19 @@ def _iqn_head_fake(h, pre, w_out, b_out):
 @_fake("iqn_head_backward")
 def _iqn_head_backward_fake(grad, h, pre, w_out):
     return h.new_empty(h.shape), pre.new_empty(pre.shape), w_out.new_empty(w_out.shape), w_out.new_empty(w_out.shape[0])
+
+
+@_fake("nstep_returns")
+def _nstep_fake(rewards, valid, terminated, truncated, gamma, n, reward_scale):
+    return rewards.new_empty(rewards.shape), rewards.new_empty(rewards.shape), rewards.new_empty(
+        rewards.shape, dtype=torch.int64
+    )
+
+
+@_fake("replay_write_")
+def _replay_write_fake(d_obs, d_action, d_ret, d_discount, d_next_obs, obs, actions, ret, discount, next_row, flat_idx,
+                       cursor):  # fmt: skip
+    return None
 
 
 @_fake("soft_update_")

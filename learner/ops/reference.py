@@ -101,6 +101,62 @@ def iqn_head_backward(grad: Tensor, h: Tensor, pre: Tensor, w_out: Tensor) -> tu
     return grad_h, grad_pre, grad_w_out, grad.sum((0, 1))
 
 
+def nstep_returns(
+    rewards: Tensor, valid: Tensor, terminated: Tensor, truncated: Tensor, gamma: float, n: int, reward_scale: float
+) -> tuple[Tensor, Tensor, Tensor]:
+    """(ret, discount, next_row), each [T, B], of every step of a time-major rollout; no gradient.
+
+    ret = sum_{k<m} gamma^k r_{t+k} * reward_scale, m <= n steps, stopping at an episode end, an invalid next step
+    or the end of the rollout; discount = gamma^m, or 0 if step t+m-1 terminated; next_row = (t + m) * B + b, the
+    flat row of obs[T+1, B] the step bootstraps from. Elementwise per env column.
+    """
+    t_len, b = rewards.shape
+    dev = rewards.device
+    t_idx = torch.arange(t_len, device=dev)[:, None].expand(t_len, b)
+    ret = torch.zeros(t_len, b, dtype=rewards.dtype, device=dev)
+    steps = torch.zeros(t_len, b, dtype=torch.int64, device=dev)
+    alive = valid.clone()
+    end = terminated | truncated
+    for k in range(n):
+        tk = t_idx + k
+        inside = tk < t_len
+        tkc = tk.clamp(max=t_len - 1)
+        take = alive & inside
+        ret += torch.where(take, (gamma**k) * rewards.gather(0, tkc) * reward_scale, 0.0)
+        steps += take.long()
+        next_valid = valid.gather(0, (tkc + 1).clamp(max=t_len - 1)) & (tk + 1 < t_len)
+        alive = take & ~end.gather(0, tkc) & next_valid
+    last = t_idx + steps - 1
+    term_last = terminated.gather(0, last.clamp(min=0))
+    discount = torch.where(term_last, 0.0, torch.pow(torch.full_like(ret, gamma), steps.to(ret.dtype)))
+    next_row = (t_idx + steps) * b + torch.arange(b, device=dev)
+    return ret, discount, next_row
+
+
+def replay_write_(
+    d_obs: Tensor,
+    d_action: Tensor,
+    d_ret: Tensor,
+    d_discount: Tensor,
+    d_next_obs: Tensor,
+    obs: Tensor,
+    actions: Tensor,
+    ret: Tensor,
+    discount: Tensor,
+    next_row: Tensor,
+    flat_idx: Tensor,
+    cursor: int,
+) -> None:
+    """In place: ring rows (cursor + i) % C <- the n-step transition of rollout step flat_idx[i] (t * B + b)."""
+    obs_rows = obs.reshape(-1, obs.shape[-1])
+    idx = (cursor + torch.arange(flat_idx.numel(), device=d_obs.device)) % d_obs.shape[0]
+    d_obs[idx] = obs_rows[flat_idx]
+    d_action[idx] = actions.reshape(-1)[flat_idx]
+    d_ret[idx] = ret.reshape(-1)[flat_idx]
+    d_discount[idx] = discount.reshape(-1)[flat_idx]
+    d_next_obs[idx] = obs_rows[next_row.reshape(-1)[flat_idx]]
+
+
 def gae(
     rewards: Tensor,
     values: Tensor,
