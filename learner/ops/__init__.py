@@ -315,9 +315,9 @@ def replay_write_(
     `data` holds the ring's obs, action, ret, discount and next_obs (learner.replay.ReplayBuffer.data)."""
     ret, discount, next_row = returns
     d_obs = data["obs"]
-    _check("obs", obs, (None, None, d_obs.shape[1]), d_obs)
+    _check("actions", actions, (None, None), floating=False)
     t_len, b = actions.shape
-    _check("actions", actions, (t_len, b), floating=False)
+    _check("obs", obs, (t_len + 1, b, d_obs.shape[1]), d_obs)
     _check("ret", ret, (t_len, b), d_obs)
     _check("discount", discount, (t_len, b), d_obs)
     _check("next_row", next_row, (t_len, b), floating=False)
