@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from foxhunt_ray import provenance
+from tests.test_network import listeners, loopback
 
 ROOT = Path(__file__).resolve().parents[1]
 RAY = str(Path(sys.executable).with_name("ray"))
@@ -63,6 +64,8 @@ def cluster():
     # `ray job stop` waits this long after its SIGTERM before a SIGKILL (default 3 s): time for the final
     # checkpoint and summary on a loaded 2-core machine
     env["RAY_JOB_STOP_WAIT_TIME_S"] = "60"
+    # Ray's single-machine switch (README's recipe): every port of the cluster on 127.0.0.1, none on the network
+    env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
     log = open(Path(temp) / "head.log", "w+")  # a file, not a pipe: a full pipe would stall `ray start`
     head = subprocess.Popen(
         [RAY, "start", "--head", "--block", "--node-ip-address=127.0.0.1", "--dashboard-host=127.0.0.1",
@@ -80,7 +83,7 @@ def cluster():
                 log.seek(0)
                 pytest.fail(f"ray start --head did not come up at {address}:\n{log.read()[-3000:]}")
             time.sleep(1)
-        yield address, env, metrics
+        yield address, env, metrics, head.pid
     finally:
         stop_group(head)
         log.close()
@@ -103,7 +106,7 @@ def stop_group(head: subprocess.Popen) -> None:
 
 
 def test_job_submit_runs_the_smoke_preset(cluster, tmp_path):
-    address, env, _ = cluster
+    address, env, *_ = cluster
     out = tmp_path / "runs"
     job_id = f"foxhunt-test-{os.getpid()}-{int(time.time())}"
     expected = provenance.content_sha()  # what the git-less upload must compute for these same files
@@ -135,7 +138,7 @@ def job_status(address: str, job_id: str, env: dict) -> str:
 def test_monitor_gauges_are_exported_and_job_stop_keeps_a_checkpoint(cluster, tmp_path):
     import urllib.request
 
-    address, env, metrics = cluster
+    address, env, metrics, head_pid = cluster
     out = tmp_path / "runs"
     job_id = f"foxhunt-gauges-{os.getpid()}-{int(time.time())}"
     submit = ray_cli(
@@ -161,7 +164,11 @@ def test_monitor_gauges_are_exported_and_job_stop_keeps_a_checkpoint(cluster, tm
         # this run's gauges only: they are tagged with the run folder's name, the fold (7 here)
         ours = [line for line in text.splitlines() if line.startswith("ray_foxhunt_") and 'run="7"' in line]
         seen |= {line.split("{")[0] for line in ours}
+    # while the job runs: the head's processes (GCS, raylet, agents, the workers, the job's driver) listen on
+    # loopback only (docs/running.md, "What listens on the network")
+    exposed = [row for row in listeners(head_pid) if not loopback(row["address"])]
     stop = ray_cli("job", "stop", "--address", address, job_id, env=env, timeout=120)
+    assert not exposed, f"the cluster listens beyond loopback: {exposed}"
     assert wanted <= seen, f"gauges missing: {sorted(wanted - seen)}; {job_status(address, job_id, env)}"
     deadline = time.monotonic() + 90
     while "STOPPED" not in (said := job_status(address, job_id, env)).upper() and time.monotonic() < deadline:

@@ -90,7 +90,7 @@ def listeners(root: int) -> list[dict]:
     return out
 
 
-def _loopback(address: str) -> bool:
+def loopback(address: str) -> bool:
     host = address.rsplit(":", 1)[0]
     return host.startswith("127.") or host in (
         "0000:0000:0000:0000:0000:0000:0000:0001",  # ::1
@@ -110,6 +110,6 @@ def test_a_local_run_listens_on_loopback_only_and_joins_no_running_cluster():
     assert report["node_ip"] == "127.0.0.1"
     found = report["listeners"]
     assert {"gcs_server", "raylet"} <= {row["process"] for row in found}, found
-    exposed = [row for row in found if not _loopback(row["address"])]
+    exposed = [row for row in found if not loopback(row["address"])]
     assert not exposed, f"listening beyond loopback: {exposed}"
     assert "starts its own Ray on this machine" in done.stderr
