@@ -47,11 +47,11 @@ def write_atomic(path: str | Path, data: str | bytes, *, sync: bool = False) -> 
         raise
 
 
-def remove_tmp_files(folder: str | Path) -> list[Path]:
-    """Removes the temporary files a failed write of some other process left in folder and the folders below it
-    (one level: the run folder and checkpoints/); returns them."""
+def remove_tmp_files(folder: str | Path, below: tuple[str, ...] = ("checkpoints",)) -> list[Path]:
+    """Removes the temporary files that failed or crashed writes of the run left in the run folder and the folders
+    `below` it (not evaluations/: `foxhunt_ray.evaluate` writes there without the run's lock); returns them."""
     folder = Path(folder)
-    found = [*folder.glob("*" + TMP_SUFFIX), *folder.glob("*/*" + TMP_SUFFIX)]
+    found = [p for d in (folder, *(folder / b for b in below)) for p in d.glob("*" + TMP_SUFFIX)]
     for p in found:
         p.unlink(missing_ok=True)
     return found
