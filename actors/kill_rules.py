@@ -2,7 +2,9 @@
 
 Any one stops the run, checked on every learner step in this order:
   1. non_finite        nan_abort_step > 0, or any numeric value of the record is NaN or +-inf;
-  2. qpa_collapse      qpa_ema < qpa_ema_min (-0.3) at a step > qpa_warmup_steps;
+  2. qpa_collapse      qpa_ema + qpa_noise_z (2) x qpa_noise < qpa_ema_min (-0.3) at a step > qpa_warmup_steps:
+                       qpa_ema must sit below the line by more than the per-update noise of qpa allows
+                       (qpa_noise, see KillRules.check; ~0.005 on the market, ~0.15 with CartPole's two actions);
   3. dueling_explosion l_dueling > dueling_ratio_max (100) x the l_q reference: the baseline run's l_c51 at the
                        same step when a baseline is given and has that step, else this run's own reference,
                        the running mean of its l_c51 over the steps where C51 trained (l_c51 > 0);
@@ -38,6 +40,13 @@ class KillConfig:
     """qpa_ema = decay * qpa_ema + (1 - decay) * qpa, starting at the first qpa (about a 100-step window)."""
     qpa_warmup_steps: int = 200
     """The qpa rule is checked only at steps > this: early qpa of a random policy is noise around 0."""
+    qpa_noise_z: float = 2.0
+    """The rule reads the bound qpa_ema + qpa_noise_z x qpa_noise, not qpa_ema alone; 0 gives the point estimate
+    (the rule as the seed wrote it). qpa_noise is the per-update noise of qpa (a standard deviation), estimated
+    from successive differences: sqrt(pi)/2 x EMA of |qpa_t - qpa_(t-1)| (same decay as qpa_ema), which a slow
+    drift hardly moves and one jump (a sudden collapse) moves by (1 - decay) x the jump only. Why (BENCHMARKS.md,
+    'The qpa rule with two actions (issue 13)'): a learning CartPole run's qpa_ema went to -0.317 (its noise
+    ~0.15); the market's collapses read -0.6..-0.96 with a noise of ~0.005."""
     dueling_ratio_max: float = 100.0
     """Kill when l_dueling exceeds this multiple of the l_q reference (l_c51)."""
     dueling_min_reference: float = 1e-6
@@ -59,6 +68,8 @@ class KillConfig:
             errs.append(f"kill.qpa_ema_min={v!r} must be in [-1, 1] (qpa is a correlation)")
         if (v := number("qpa_ema_decay")) is not None and not 0 <= v < 1:
             errs.append(f"kill.qpa_ema_decay={v!r} must be in [0, 1)")
+        if (v := number("qpa_noise_z")) is not None and v < 0:
+            errs.append(f"kill.qpa_noise_z={v!r} must be >= 0")
         w = self.qpa_warmup_steps
         if isinstance(w, bool) or not isinstance(w, int) or w < 0:
             errs.append(f"kill.qpa_warmup_steps={w!r} must be an int >= 0")
@@ -96,6 +107,10 @@ def non_finite_keys(record: dict, prefix: str = "") -> list[str]:
     return bad
 
 
+_NOISE_PER_ABS_DIFF = math.sqrt(math.pi) / 2
+"""sd of independent normal errors per mean |difference of two of them| (E|e1 - e2| = 2 sd / sqrt(pi))."""
+
+
 def _num(value) -> float | None:
     """value as a float when it is a real number (bools and strings are not), else None."""
     if isinstance(value, bool) or not isinstance(value, int | float):
@@ -104,7 +119,8 @@ def _num(value) -> float | None:
 
 
 class KillRules:
-    """Keeps qpa_ema and the own l_q reference; `check(record)` fills record['qpa_ema'] and applies the rules."""
+    """Keeps qpa_ema, qpa_noise and the own l_q reference; `check(record)` fills record['qpa_ema'] and
+    record['qpa_noise'] and applies the rules."""
 
     def __init__(self, cfg: KillConfig, baseline: dict[int, dict] | None = None):
         if errs := cfg.errors():
@@ -112,15 +128,27 @@ class KillRules:
         self.cfg = cfg
         self.baseline = baseline
         self.qpa_ema: float | None = None
+        self.qpa_abs_diff = 0.0
+        """EMA of |qpa_t - qpa_(t-1)|: for independent normal per-update errors of sd s, 2 s / sqrt(pi)."""
+        self._last_qpa: float | None = None
         self._c51_sum = 0.0
         self._c51_count = 0
 
     def restore(self, records: list[dict]) -> None:
-        """State after `records` (a resumed run's step lines): the last qpa_ema, the l_c51 running mean."""
+        """State after `records` (a resumed run's step lines): the last qpa_ema, qpa_noise and qpa, the l_c51
+        running mean. A run written before qpa_noise existed restarts its noise estimate at 0."""
         for rec in records:
             self._add_c51(rec.get("l_c51"))
         if records:
             self.qpa_ema = _num(records[-1].get("qpa_ema"))
+            noise = _num(records[-1].get("qpa_noise"))
+            self.qpa_abs_diff = noise / _NOISE_PER_ABS_DIFF if noise is not None and math.isfinite(noise) else 0.0
+            self._last_qpa = _num(records[-1].get("qpa"))
+
+    @property
+    def qpa_noise(self) -> float:
+        """The per-update noise of qpa (a standard deviation), 0 before the second qpa."""
+        return _NOISE_PER_ABS_DIFF * self.qpa_abs_diff
 
     def own_reference(self) -> float | None:
         """Running mean of this run's l_c51 over steps where C51 trained, None before the first."""
@@ -138,11 +166,14 @@ class KillRules:
         cfg, step = self.cfg, int(record["step"])
         qpa = _num(record.get("qpa"))
         if qpa is not None:
-            self.qpa_ema = (
-                qpa if self.qpa_ema is None else cfg.qpa_ema_decay * self.qpa_ema + (1 - cfg.qpa_ema_decay) * qpa
-            )
+            d = cfg.qpa_ema_decay
+            self.qpa_ema = qpa if self.qpa_ema is None else d * self.qpa_ema + (1 - d) * qpa
+            if self._last_qpa is not None:
+                self.qpa_abs_diff = d * self.qpa_abs_diff + (1 - d) * abs(qpa - self._last_qpa)
+            self._last_qpa = qpa
         if self.qpa_ema is not None:
             record["qpa_ema"] = self.qpa_ema
+            record["qpa_noise"] = self.qpa_noise
         self._add_c51(record.get("l_c51"))
 
         nan_abort = _num(record.get("nan_abort_step")) or 0.0
@@ -155,11 +186,14 @@ class KillRules:
                 rule=RULE_NON_FINITE, step=step, values=values,
                 message=f"{what} at step {step} (nan_abort_step={nan_abort})",
             )  # fmt: skip
-        if step > cfg.qpa_warmup_steps and self.qpa_ema is not None and self.qpa_ema < cfg.qpa_ema_min:
+        bound = None if self.qpa_ema is None else self.qpa_ema + cfg.qpa_noise_z * self.qpa_noise
+        if step > cfg.qpa_warmup_steps and bound is not None and bound < cfg.qpa_ema_min:
             return KillDecision(
                 rule=RULE_QPA, step=step,
-                values={"qpa": qpa, "qpa_ema": self.qpa_ema, "threshold": cfg.qpa_ema_min},
-                message=f"qpa_ema={self.qpa_ema:.4f} < {cfg.qpa_ema_min} at step {step}: pi ranks actions against Q",
+                values={"qpa": qpa, "qpa_ema": self.qpa_ema, "qpa_noise": self.qpa_noise, "qpa_ema_bound": bound,
+                        "noise_z": cfg.qpa_noise_z, "threshold": cfg.qpa_ema_min},
+                message=f"qpa_ema={self.qpa_ema:.4f} (+ {cfg.qpa_noise_z:g} x noise {self.qpa_noise:.4f} = {bound:.4f})"
+                f" < {cfg.qpa_ema_min} at step {step}: pi ranks actions against Q",
             )  # fmt: skip
         base = self.baseline.get(step) if self.baseline else None
         l_dueling = _num(record.get("l_dueling"))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -53,9 +54,10 @@ def test_replay_finds_the_first_rule_and_its_step(tmp_path):
     rows = {r["preset"]: r for r in json.loads(out.read_text())}
 
     assert rows["plan_a_v2"]["replayed"] is None  # the baseline is not replayed against itself
-    ema, step = 0.9, 10
-    while ema >= -0.3:
-        ema, step = 0.9 * ema + 0.1 * -1.0, step + 1
+    ema, abs_diff, step = 0.9, 0.0, 10  # the rule's bound: qpa_ema + 2 x qpa_noise (actors/kill_rules.py)
+    while step <= 10 or ema + 2 * math.sqrt(math.pi) / 2 * abs_diff >= -0.3:
+        jump = 1.9 if step == 10 else 0.0
+        ema, abs_diff, step = 0.9 * ema + 0.1 * -1.0, 0.9 * abs_diff + 0.1 * jump, step + 1
     assert rows["phase3_1"]["replayed"]["rule"] == "qpa_collapse"
     assert rows["phase3_1"]["replayed"]["step"] == step
     assert rows["phase3_1"]["qpa_ema_min"]["step"] == 30
