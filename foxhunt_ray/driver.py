@@ -42,7 +42,7 @@ from actors.monitor import DIAG_FILE, SUMMARY_FILE, DiagFileError, Monitor, load
 from actors.rollout import EnvSpaces, is_market, probe_env
 from foxhunt_ray import provenance
 from foxhunt_ray.config import ConfigError, RunConfig, apply_overrides, from_dict, market_reward_scale
-from foxhunt_ray.loops import Hook, Progress, run_ray, run_serial
+from foxhunt_ray.loops import Hook, LearnerLost, Progress, run_ray, run_serial
 from foxhunt_ray.presets import PRESET_NAMES, SETTINGS, SIZINGS, run_preset
 from foxhunt_ray.run_folder import RunLock, accept_config_change, config_changes, record_config, resume_point
 from lobsim_env import ENV_ID
@@ -73,6 +73,9 @@ class DriverConfig:
     exceed it waits for the learner. Bounds the policy lag (docs/system.md, "Policy lag")."""
     max_worker_restarts: int = 3
     """Ray restarts of a rollout actor that died (its in-flight sample is retried on the new one)."""
+    max_learner_restarts: int = 3
+    """Ray mode: times a learner actor that died (killed, out of memory) is replaced within the run, resuming from
+    its newest checkpoint: diag.jsonl is cut back to that step and goes on from it, no gap and no duplicate."""
     time_limit_s: float = 0.0
     """Wall-clock budget of the training loop in seconds (0: none): no update is started after it, the run
     ends 'done' with a checkpoint at the step it reached, like a run of that many steps."""
@@ -87,6 +90,7 @@ class DriverConfig:
             ("checkpoint_every", 1),
             ("max_payloads_waiting", 1),
             ("max_worker_restarts", 0),
+            ("max_learner_restarts", 0),
         ):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < lo:
@@ -565,9 +569,44 @@ def _main(args: argparse.Namespace, lock: RunLock | None, *, ray_init, hook, aft
         print(f"error: {err}", file=sys.stderr)
         return EXIT_ERROR
     try:
-        return _run(plan, monitor, hook=hook, after=after)
+        restarts, started = 0, time.monotonic()
+        while True:
+            try:
+                can_restart = restarts < plan.driver.max_learner_restarts
+                return _run(plan, monitor, hook=hook, after=after, restartable=can_restart)
+            except LearnerLost as lost:
+                restarts += 1
+                print(
+                    f"the learner actor died ({lost}); replacing it from the newest checkpoint of {plan.run_dir} "
+                    f"(restart {restarts} of at most {plan.driver.max_learner_restarts})",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                plan = resolve(_restart_args(args, plan, time.monotonic() - started))
+                monitor = _open_run(plan, stamp)
     finally:
         lock.release()
+
+
+def _restart_args(args: argparse.Namespace, plan: Plan, elapsed_s: float) -> argparse.Namespace:
+    """The arguments of a resume of plan's run folder in this process, after its learner actor died: its own
+    config.json, the same steps, what is left of the time budget (the first plan's clock started the budget)."""
+    cleared = {f: None for f in ("preset", "settings", "sizing", "env_id", "seed", "envs_per_worker", "fold")}
+    cleared.update(inject_nan_at=None, baseline=None, overrides=[], flip_distill_sign=False)
+    left = plan.driver.time_limit_s
+    if left:
+        left = max(left - elapsed_s, 1e-3)
+    return argparse.Namespace(
+        **{
+            **vars(args),
+            **cleared,
+            "resume": str(plan.run_dir),
+            "resume_checkpoint": None,
+            "allow_config_change": False,
+            "steps": plan.driver.steps,
+            "time_limit_s": left,
+        }
+    )
 
 
 def _open_run(plan: Plan, stamp: dict) -> Monitor:
@@ -597,7 +636,9 @@ def _open_run(plan: Plan, stamp: dict) -> Monitor:
     return MonitorHandle(*args, stamp=stamp, resume_at=plan.monitor_resume_at)
 
 
-def _run(plan: Plan, monitor, *, hook, after) -> int:
+def _run(plan: Plan, monitor, *, hook, after, restartable: bool = False) -> int:
+    """One run of the loop; a learner actor that died raises LearnerLost when `restartable` (the caller resumes
+    the run in this process), else ends the run in error like any other failure."""
     progress = Progress(plan)
     mode = "serial" if plan.serial else "ray"
     print(
@@ -608,11 +649,18 @@ def _run(plan: Plan, monitor, *, hook, after) -> int:
     )
     print(describe(plan), flush=True)
     previous = _sigterm_as_interrupt()
+    lost: LearnerLost | None = None
     try:
         if plan.serial:
             code = run_serial(plan, monitor, progress, hook)
         else:
             code = run_ray(plan, monitor, progress, hook)
+    except LearnerLost as err:
+        progress.end_line()
+        if restartable:
+            lost = err
+        else:
+            code = _end_in_error(plan, monitor, err)
     except Exception as err:
         progress.end_line()
         code = _end_in_error(plan, monitor, err)
@@ -620,6 +668,8 @@ def _run(plan: Plan, monitor, *, hook, after) -> int:
         monitor.close()
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+    if lost is not None:
+        raise lost
     if monitor.last is not None:
         progress.show(monitor.last, force=True)
     progress.end_line()

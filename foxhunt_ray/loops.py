@@ -231,17 +231,31 @@ def _run_serial(plan: Plan, monitor: Monitor, progress: Progress, hook: Hook | N
     return code if code is not None else monitor.finish("done")
 
 
+class LearnerLost(RuntimeError):
+    """The learner actor died (its process killed, out of memory): the driver replaces it from the newest
+    checkpoint (DriverConfig.max_learner_restarts), as a resume of the run folder in the same process."""
+
+
+LEARNER_NAME = "foxhunt-learner"
+"""Prefix of the learner actor's name (then the run folder and a tag): how the dashboard and `ray.get_actor` find it."""
+
+
 def run_ray(plan: Plan, monitor: MonitorHandle, progress: Progress, hook: Hook | None = None) -> int:
-    """Rollout actors, the learner actor and the monitor actor, driven with ray.wait."""
+    """Rollout actors, the learner actor and the monitor actor, driven with ray.wait. Raises LearnerLost when the
+    learner actor dies."""
+    import uuid
+
     import ray
 
     from foxhunt_ray import remote
 
     cfg, drv = plan.config, plan.driver
     learner_gpus, worker_gpus = remote.gpu_shares(cfg.rollout, drv.rollout_workers, remote.cluster_has_gpu())
-    learner = remote.learner_actor(gpus=learner_gpus).remote(cfg.learner, **learner_kwargs(plan))
+    name = f"{LEARNER_NAME} {plan.run_dir} {uuid.uuid4().hex[:8]}"
+    learner = remote.learner_actor(gpus=learner_gpus).options(name=name).remote(cfg.learner, **learner_kwargs(plan))
     workers: list = []
     drive = _Drive(plan, monitor, progress, learner, hook)
+    lost = False
     try:
         if plan.checkpoint is not None:
             ray.get(learner.load.remote(str(plan.checkpoint)))
@@ -256,6 +270,11 @@ def run_ray(plan: Plan, monitor: MonitorHandle, progress: Progress, hook: Hook |
         ]
         drive.workers = workers
         return drive.run()
+    except ray.exceptions.RayActorError as err:  # also a call whose input was the dead learner's answer
+        if getattr(err, "actor_id", None) != learner._actor_id.hex():
+            raise
+        lost = True
+        raise LearnerLost(f"{type(err).__name__} at update {drive.last_step()}") from err
     except KeyboardInterrupt:
         progress.end_line()
         try:  # the steps the learner has queued are finished and recorded, then kept in a checkpoint
@@ -267,6 +286,8 @@ def run_ray(plan: Plan, monitor: MonitorHandle, progress: Progress, hook: Hook |
         return monitor.finish("stopped", "interrupted by the user (Ctrl-C)")
     finally:
         try:
+            if lost:  # the next run of the loop (a resume in this process) writes them
+                raise RuntimeError("the learner actor died")
             # a worker answers once its sample in flight is done (asked at the loop's end, while the learner drains
             # and checkpoints): those that do not within the timeout are left out
             asked = drive.worker_timings or [w.timings.remote() for w in workers]
@@ -279,7 +300,8 @@ def run_ray(plan: Plan, monitor: MonitorHandle, progress: Progress, hook: Hook |
             }
             write_timings(plan, drive.wall_s(), roles, ray.get(drive.snapshots, timeout=60))
         except Exception as err:  # actors lost with the run's failure: no timings, the run's own outcome stands
-            print(f"no timings.json: {type(err).__name__}: {err}"[:300], file=sys.stderr)
+            if not lost:
+                print(f"no timings.json: {type(err).__name__}: {err}"[:300], file=sys.stderr)
         for handle in [*workers, learner]:
             ray.kill(handle)
 
@@ -305,6 +327,11 @@ class _Drive:
 
     def wall_s(self) -> float:
         return (self.end or time.monotonic()) - self.start
+
+    def last_step(self) -> int:
+        """The newest step the monitor recorded in this run of the loop (its resume step before the first)."""
+        last = getattr(self.monitor, "last", None)
+        return int(last["step"]) if last else self.plan.resume_step
 
     def run(self) -> int:
         import ray

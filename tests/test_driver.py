@@ -232,6 +232,30 @@ def test_ray_rollout_actor_killed_mid_run_is_restarted(tmp_path, ray_local):
     assert any(r["worker_index"] == 0 for r in steps[60:])  # the restarted worker 0 delivers again
 
 
+def test_ray_learner_actor_killed_mid_run_is_replaced_from_its_checkpoint(tmp_path, ray_local, capsys):
+    """The learner actor's process killed (as `ray kill` or an OOM would): the driver replaces it from the newest
+    checkpoint, diag.jsonl is cut back to that step and goes on, and the run ends done with every step once."""
+    from foxhunt_ray.loops import LEARNER_NAME
+
+    killed = []
+
+    def kill_learner(step, workers):
+        if step >= 70 and not killed:
+            (name,) = [n for n in ray_local.util.list_named_actors() if n.startswith(LEARNER_NAME)]
+            ray_local.kill(ray_local.get_actor(name), no_restart=True)
+            killed.append(step)
+
+    flags = ("--steps", "160", "--checkpoint-every", "20", "--checkpoint-interval-s", "0")
+    code, run_dir = run(tmp_path, *flags, serial=False, hook=kill_learner)
+    err = capsys.readouterr().err
+    assert code == 0 and len(killed) == 1, err[-3000:]
+    assert "the learner actor died" in err and "restart 1 of at most 3" in err
+    assert_steps(run_dir, 160)  # 1..160, each once: the steps after the checkpoint were cut and trained again
+    s = summary(run_dir)
+    assert s["status"] == "done" and s["step"] == 160
+    assert [st for st, _ in list_checkpoints(run_dir)][-1] == 160
+
+
 def test_ray_kill_rule_stops_the_actors(tmp_path, ray_local):
     code, run_dir = run(tmp_path, "--steps", "200", "--inject-nan-at", "20", serial=False)
     assert code == 3 and summary(run_dir)["rule"] == "non_finite"
