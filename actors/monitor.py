@@ -37,7 +37,7 @@ _log = logging.getLogger(__name__)
 
 GAUGES: dict[str, str] = {
     "qpa": "q_pi_agree: mean Pearson corr of q_ens and log pi across actions",
-    "qpa_ema": "EMA of qpa (the qpa kill rule reads this)",
+    "qpa_ema": "EMA of qpa (the qpa kill rule reads qpa_ema + kill.qpa_noise_z x qpa_noise)",
     "pnl_cum_usd": "cumulative final pnl of the ended episodes, USD",
     "l_c51": "C51 cross-entropy",
     "l_iqn": "IQN quantile Huber loss",
