@@ -1,25 +1,28 @@
-"""The Learner's CUDA path: a device-side NaN guard and one captured CUDA graph per steady-state update.
+"""The Learner's CUDA graph: one captured CUDA graph per steady-state update, replayed.
 
 On the H200 a `Learner.update` kept the GPU busy ~2.5 ms out of 10-17 ms: the rest was ~420 kernel launches
 from Python and ~12 host syncs. Three changes remove that overhead without changing what is learned:
 
-1. `guarded_step`: the shared backward (Learner._backward: ONE backward of `loss + l_dueling`, bit-identical
-   to two since h is detached, grad norms, finite check), then always clip and step, and undo with
-   `torch.where` against a snapshot of parameters, Adam state and targets when the step was not healthy.
-   The healthy flag stays on the device; the caller reads it with the diag dict at its one host sync.
+1. The device guard (Learner._guarded_step, in learner.learner): the shared backward (Learner._backward: ONE
+   backward of `loss + l_dueling`, bit-identical to two since h is detached, grad norms, finite check), then
+   always clip and step, and undo with `torch.where` against a snapshot of parameters, Adam state and targets
+   when the step was not healthy. The healthy flag stays on the device; the caller reads it with the diag dict
+   at its one host sync.
 2. The on-policy losses (Learner._policy_losses, the eager path's own code) run over all T*B rows with the
    valid mask as row mask, never indexing the valid rows (whose count changes per rollout): every shape is
    fixed by (T, B), so one graph serves every rollout of that shape.
-3. `GraphUpdate`: static input buffers (rollout, replay indices, IQN taus, loss scale) and the whole device
-   side (replay gather, forward, losses, backward, clipping, fused capturable Adam, guard, Polyak, diag
-   stack) captured once per rollout shape and replayed. The random draws stay outside the graph, three
-   launches on the learner's own generators in the eager path's order, so a graph update samples exactly
-   what the eager update would (and checkpoints resume the same streams). Validation, n-step returns and
-   the replay-ring write also stay outside (host-side or data-dependent).
+3. `GraphUpdate` (this module): static input buffers (rollout, replay indices, IQN taus, loss scale) and the
+   whole device side (Learner.graph_body: replay gather, forward, losses, backward, clipping, fused capturable
+   Adam, guard, Polyak, diag stack) captured once per rollout shape and replayed. The random draws stay
+   outside the graph, three launches on the learner's own generators in the eager path's order, so a graph
+   update samples exactly what the eager update would (and checkpoints resume the same streams). Validation,
+   n-step returns and the replay-ring write also stay outside (host-side or data-dependent).
 
 The ablation switches (LearnerConfig.c51_scalar_v, iqn_dueling, iqn_baseline) run in the graph unchanged: they
-live in the Learner's loss code the body calls. Phase 3.2c's alpha changes every step, so it is not a captured
-constant but a device scalar (Learner.baseline_alpha) written before each replay, like the loss scale.
+live in the Learner's loss code that graph_body calls. Phase 3.2c's alpha changes every step, so it is not a
+captured constant but a device scalar (Learner.baseline_alpha) written before each replay, like the loss scale.
+This module owns the buffers, the capture and the replay; what the graph computes is the Learner's (this module
+does not import learner.learner: the Learner imports it).
 
 On CPU `GraphUpdate(capture=False)` runs the same body eagerly: that is how tests check it.
 """
@@ -27,15 +30,13 @@ On CPU `GraphUpdate(capture=False)` runs the same body eagerly: that is how test
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import Protocol
 
 import torch
 
-from learner import ops
-
-if TYPE_CHECKING:
-    from learner.learner import Learner, _Trainable
-    from learner.replay import Rollout
+from learner.config import LearnerConfig
+from learner.replay import ReplayBuffer, Rollout
 
 HEALTHY = "__healthy__"
 """Key of the device-side healthy flag in a diag stack (read, then removed, by the Learner)."""
@@ -45,48 +46,24 @@ MAX_SHAPES = 4
 """Rollout shapes (T, B) kept captured at once; the least recently used is dropped (each holds a memory pool)."""
 
 
-# ---------------------------------------------------------------------------------------------- the guard
+class LearnerLike(Protocol):
+    """What GraphUpdate reads of the learner.learner.Learner it serves (sizes, generators, replay) and the body
+    it captures."""
 
+    cfg: LearnerConfig
+    device: torch.device
+    obs_dim: int
+    gen: torch.Generator
+    replay: ReplayBuffer
 
-def _adam_state(p: _Trainable) -> dict[str, torch.Tensor]:
-    return {k: v for k, v in p.opt.state.get(p.flat, {}).items() if torch.is_tensor(v)}
-
-
-@torch.no_grad()
-def _snapshot(p: _Trainable) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
-    return p.flat.detach().clone(), p.target_flat.clone(), {k: v.clone() for k, v in _adam_state(p).items()}
-
-
-@torch.no_grad()
-def _restore_unless(healthy: torch.Tensor, p: _Trainable, snap) -> None:
-    """Where not healthy, put back parameters, target and Adam state (written in place: a graph replays it)."""
-    flat, target, state = snap
-    torch.where(healthy, p.flat.detach(), flat, out=p.flat.detach())
-    torch.where(healthy, p.target_flat, target, out=p.target_flat)
-    for k, v in _adam_state(p).items():
-        # No snapshot of a key means Adam had no state yet: its zero initial state is "not stepped".
-        before = state[k] if k in state else torch.zeros_like(v)
-        torch.where(healthy, v, before, out=v)
-
-
-def guarded_step(lrn: Learner, loss: torch.Tensor, l_dueling: torch.Tensor | None, out: dict) -> torch.Tensor:
-    """Device guard: backward, then ALWAYS clip, Adam, Polyak, and undo it all on the device with torch.where
-    unless the losses, gradients and new parameters are finite. Returns healthy (bool [], on the device).
-
-    The backward (and grad norms, and the pre-step healthy flag) is the host guard's, Learner._backward;
-    only the policy differs: the host guard syncs and skips, this one never syncs, so a graph can capture it.
-    """
-    parts = lrn._parts()
-    healthy = lrn._backward(loss, l_dueling, out)
-    snaps = [_snapshot(p) for p in parts]
-    lrn._clip_and_step()
-    for p in parts:
-        healthy = healthy & torch.isfinite(p.flat).all()
-    for p in parts:
-        ops.soft_update_(p.target_flat.detach(), p.flat.detach(), lrn.cfg.polyak_tau)
-    for p, snap in zip(parts, snaps, strict=True):
-        _restore_unless(healthy, p, snap)
-    return healthy
+    def graph_body(
+        self,
+        ro: Mapping[str, torch.Tensor],
+        idx: torch.Tensor,
+        tau_next: torch.Tensor,
+        tau: torch.Tensor,
+        loss_scale: torch.Tensor,
+    ) -> tuple[list[str], torch.Tensor]: ...
 
 
 # ------------------------------------------------------------------------------------- the captured update
@@ -95,7 +72,7 @@ def guarded_step(lrn: Learner, loss: torch.Tensor, l_dueling: torch.Tensor | Non
 class _Static:
     """One rollout shape's input buffers, its captured graph and the graph's output (the diag stack)."""
 
-    def __init__(self, lrn: Learner, t_len: int, b: int):
+    def __init__(self, lrn: LearnerLike, t_len: int, b: int):
         dev, cfg = lrn.device, lrn.cfg
         self.ro = {
             "obs": torch.zeros(t_len + 1, b, lrn.obs_dim, device=dev),
@@ -125,7 +102,7 @@ class GraphUpdate:
     Any change of the tensors the graph captured (Adam state, parameters replaced by a load) calls reset().
     """
 
-    def __init__(self, lrn: Learner, *, capture: bool):
+    def __init__(self, lrn: LearnerLike, *, capture: bool):
         self.lrn, self.capture = lrn, capture
         self.shapes: dict[tuple[int, int], _Static] = {}
         self.captures = 0
@@ -195,13 +172,4 @@ class GraphUpdate:
         return values
 
     def _body(self, st: _Static) -> tuple[list[str], torch.Tensor]:
-        lrn = self.lrn
-        out: dict[str, torch.Tensor] = {}
-        l_pi, ent, l_distill, l_v = lrn._policy_losses(st.ro, out)  # the eager path's own code
-        sample = {k: v[st.idx] for k, v in lrn.replay.data.items()}
-        l_c51, l_iqn, l_dueling = lrn._q_losses(sample, tau_next=st.tau_next, tau=st.tau)
-        loss = lrn._main_loss(out, l_pi, ent, l_distill, l_v, l_c51, l_iqn, l_dueling) * st.loss_scale
-        healthy = guarded_step(lrn, loss, l_dueling, out)
-        keys = list(out)
-        values = torch.stack([*(out[k].detach().float().reshape(()) for k in keys), healthy.float()])
-        return keys, values
+        return self.lrn.graph_body(st.ro, st.idx, st.tau_next, st.tau, st.loss_scale)

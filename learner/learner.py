@@ -93,6 +93,26 @@ class _Trainable:
         else:
             self.opt.state.pop(self.flat, None)
 
+    def _adam_tensors(self) -> dict[str, torch.Tensor]:
+        return {k: v for k, v in self.opt.state.get(self.flat, {}).items() if torch.is_tensor(v)}
+
+    @torch.no_grad()
+    def device_snapshot(self) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+        """Parameters, target and Adam state before a step, for `restore_unless` (the device guard's snapshot)."""
+        state = {k: v.clone() for k, v in self._adam_tensors().items()}
+        return self.flat.detach().clone(), self.target_flat.clone(), state
+
+    @torch.no_grad()
+    def restore_unless(self, healthy: torch.Tensor, snap) -> None:
+        """Where not healthy, put back parameters, target and Adam state (written in place: a graph replays it)."""
+        flat, target, state = snap
+        torch.where(healthy, self.flat.detach(), flat, out=self.flat.detach())
+        torch.where(healthy, self.target_flat, target, out=self.target_flat)
+        for k, v in self._adam_tensors().items():
+            # No snapshot of a key means Adam had no state yet: its zero initial state is "not stepped".
+            before = state[k] if k in state else torch.zeros_like(v)
+            torch.where(healthy, v, before, out=v)
+
     def state_dict(self) -> dict:
         return {
             "flat": self.flat.detach().cpu().clone(),
@@ -332,13 +352,36 @@ class Learner:
         if cfg.inject_nan_at == self.step:  # test-only fault: exercises the guard in _apply end to end
             loss = loss * float("nan")
         if self.device_guard:
-            healthy = G.guarded_step(self, loss, l_dueling if q_trained else None, out)
+            healthy = self._guarded_step(loss, l_dueling if q_trained else None, out)
         else:
             healthy = torch.tensor(self._apply(loss, l_dueling if q_trained else None, out), device=self.device)
 
         keys = list(out)
         stacked = torch.stack([*(out[k].detach().float().reshape(()) for k in keys), healthy.float()])
         return _Pending(keys=keys, values=stacked, **meta)
+
+    def graph_body(
+        self,
+        ro: Mapping[str, torch.Tensor],
+        idx: torch.Tensor,
+        tau_next: torch.Tensor,
+        tau: torch.Tensor,
+        loss_scale: torch.Tensor,
+    ) -> tuple[list[str], torch.Tensor]:
+        """The device side of a steady-state update (replay sampled, Q losses on) from fixed-shape inputs: the
+        rollout `ro`, the replay indices `idx`, the IQN taus and a loss scale (NaN injects the test fault). What
+        learner.graph.GraphUpdate captures once per rollout shape and replays (capture=False: runs it eagerly).
+        No host sync, no data-dependent shape: on-policy losses, replay gather, Q losses, main loss, the device
+        guard's step, and the diag stack. Returns (keys, values[len(keys)+1]) with the healthy flag last."""
+        out: dict[str, torch.Tensor] = {}
+        l_pi, ent, l_distill, l_v = self._policy_losses(ro, out)  # the eager path's own code
+        sample = {k: v[idx] for k, v in self.replay.data.items()}
+        l_c51, l_iqn, l_dueling = self._q_losses(sample, tau_next=tau_next, tau=tau)
+        loss = self._main_loss(out, l_pi, ent, l_distill, l_v, l_c51, l_iqn, l_dueling) * loss_scale
+        healthy = self._guarded_step(loss, l_dueling, out)
+        keys = list(out)
+        values = torch.stack([*(out[k].detach().float().reshape(()) for k in keys), healthy.float()])
+        return keys, values
 
     def _main_loss(self, out: dict, l_pi, ent, l_distill, l_v, l_c51, l_iqn, l_dueling) -> torch.Tensor:
         """Records every loss in `out` and returns the main network's loss (the dueling loss stays apart: it
@@ -447,7 +490,7 @@ class Learner:
 
     def _backward(self, loss: torch.Tensor, l_dueling: torch.Tensor | None, out: dict) -> torch.Tensor:
         """Zero the grads, ONE backward, record the grad norms; returns healthy (bool [], on the device):
-        the losses and gradients are all finite. Both guards (host: _apply, device: graph.guarded_step) use it.
+        the losses and gradients are all finite. Both guards (host: _apply, device: _guarded_step) use it.
 
         h is detached before the dueling head, so the two graphs are disjoint and one backward of
         loss + l_dueling gives every gradient bit-identically to two (tests/test_graph.py): the dueling loss
@@ -478,7 +521,7 @@ class Learner:
     def _apply(self, loss: torch.Tensor, l_dueling: torch.Tensor | None, out: dict) -> bool:
         """Host guard: backward, then skip (changing nothing) unless finite; clip, Adam, undo if the new
         parameters are not finite, Polyak. Returns whether the step was applied. On CPU a sync is free and
-        skipping saves the wasted step; the device guard (graph.guarded_step) always steps and undoes."""
+        skipping saves the wasted step; the device guard (_guarded_step) always steps and undoes."""
         parts = self._parts()
         if not bool(self._backward(loss, l_dueling, out)):
             return False
@@ -491,6 +534,25 @@ class Learner:
         for p in parts:
             ops.soft_update_(p.target_flat.detach(), p.flat.detach(), self.cfg.polyak_tau)
         return True
+
+    def _guarded_step(self, loss: torch.Tensor, l_dueling: torch.Tensor | None, out: dict) -> torch.Tensor:
+        """Device guard: backward, then ALWAYS clip, Adam, Polyak, and undo it all on the device with torch.where
+        unless the losses, gradients and new parameters are finite. Returns healthy (bool [], on the device).
+
+        The backward (and grad norms, and the pre-step healthy flag) is the host guard's, _backward; only the
+        policy differs: the host guard (_apply) syncs and skips, this one never syncs, so a graph can capture it.
+        """
+        parts = self._parts()
+        healthy = self._backward(loss, l_dueling, out)
+        snaps = [p.device_snapshot() for p in parts]
+        self._clip_and_step()
+        for p in parts:
+            healthy = healthy & torch.isfinite(p.flat).all()
+        for p in parts:
+            ops.soft_update_(p.target_flat.detach(), p.flat.detach(), self.cfg.polyak_tau)
+        for p, snap in zip(parts, snaps, strict=True):
+            p.restore_unless(healthy, snap)
+        return healthy
 
     def _q_losses(
         self, s: dict[str, torch.Tensor], tau_next: torch.Tensor | None = None, tau: torch.Tensor | None = None
