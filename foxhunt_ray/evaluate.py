@@ -32,7 +32,7 @@ from actors.learner_worker import RUN_CHECKPOINT_FORMAT, checkpoint_path, latest
 from actors.monitor import DIAG_FILE, DiagFileError, read_diag
 from foxhunt_ray import provenance
 from foxhunt_ray.config import RunConfig, from_dict
-from foxhunt_ray.driver import CONFIG_FILE, DriverConfig
+from foxhunt_ray.driver import CONFIG_FILE
 from foxhunt_ray.evaluations import (
     EVALUATION_FILE,
     EVALUATIONS_DIR,
@@ -46,6 +46,7 @@ from foxhunt_ray.evaluations import (
     write_record,
 )
 from foxhunt_ray.loops import RESUME_SEED_STRIDE
+from foxhunt_ray.plan import DriverConfig
 from learner.config import LearnerConfig
 from learner.learner import CHECKPOINT_FORMAT as LEARNER_FORMAT
 from learner.network import MainNet, PolicyNet, flatten_parameters_, policy_from_weights

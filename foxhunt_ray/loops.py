@@ -1,4 +1,5 @@
-"""The loops that run a resolved Plan (foxhunt_ray.driver): serial (every role in this process) and Ray.
+"""The loops that run a resolved Plan (foxhunt_ray.plan; foxhunt_ray.driver resolves it and calls them): serial
+(every role in this process) and Ray.
 
 Both feed every learner step's diag dict to the Monitor: in serial mode a plain Monitor in this process; in
 Ray mode the monitor actor, which takes each update's answer from the learner actor by reference and tells
@@ -26,7 +27,7 @@ from actors.rollout import EPISODE_RETURN_MEAN, PNL_CUM_USD, RolloutWorker
 
 if TYPE_CHECKING:
     from actors.kill_rules import KillDecision
-    from foxhunt_ray.driver import Plan
+    from foxhunt_ray.plan import Plan
     from foxhunt_ray.remote import MonitorHandle
 
 TIMINGS_FILE = "timings.json"

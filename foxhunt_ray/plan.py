@@ -1,0 +1,96 @@
+"""What a run is, resolved before it starts: the Plan (foxhunt_ray.driver.resolve builds it) and its
+DriverConfig (how the run is driven). The driver resolves a Plan and hands it to the loops that run it
+(foxhunt_ray.loops); both import it from here, so the loops never import the driver.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from actors.rollout import EnvSpaces
+from foxhunt_ray.config import RunConfig
+
+
+@dataclass(kw_only=True, frozen=True)
+class DriverConfig:
+    """How a run is driven (not what is trained): recorded beside the RunConfig in config.json."""
+
+    steps: int = 200
+    """Learner updates: the run ends after update `steps` (a resumed run continues to it)."""
+    rollout_workers: int = 2
+    """Rollout workers (Ray actors, or plain objects in serial mode)."""
+    fold: int = 0
+    """Walk-forward fold; the run folder is <out>/<code_sha>/<fold>/."""
+    broadcast_every: int = 4
+    """K: the learner's policy weights go to the rollout workers every K updates."""
+    checkpoint_every: int = 100
+    """M: the learner worker checkpoints every M updates (at the end of the learner call whose steps pass a
+    multiple of M; and at the end, on a kill and on Ctrl-C)..."""
+    checkpoint_interval_s: float = 60.0
+    """...but no sooner than this many seconds after its previous checkpoint (0: every M updates). A checkpoint
+    holds the replay (tens of MB) and waits for the GPU: a GPU learner makes hundreds of updates a second."""
+    max_payloads_waiting: int = 4
+    """Ray mode: rollout payloads sampled but not yet trained on, at most; a worker whose next sample would
+    exceed it waits for the learner. Bounds the policy lag (docs/system.md, "Policy lag")."""
+    max_worker_restarts: int = 3
+    """Ray restarts of a rollout actor that died (its in-flight sample is retried on the new one)."""
+    max_learner_restarts: int = 3
+    """Ray mode: times a learner actor that died (killed, out of memory) is replaced within the run, resuming from
+    its newest checkpoint: diag.jsonl is cut back to that step and goes on from it, no gap and no duplicate."""
+    time_limit_s: float = 0.0
+    """Wall-clock budget of the training loop in seconds (0: none): no update is started after it, the run
+    ends 'done' with a checkpoint at the step it reached, like a run of that many steps."""
+
+    def errors(self) -> list[str]:
+        errs = []
+        for name, lo in (
+            ("steps", 1),
+            ("rollout_workers", 1),
+            ("fold", 0),
+            ("broadcast_every", 1),
+            ("checkpoint_every", 1),
+            ("max_payloads_waiting", 1),
+            ("max_worker_restarts", 0),
+            ("max_learner_restarts", 0),
+        ):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+                errs.append(f"driver.{name}={v!r} must be an int >= {lo}")
+        for name in ("time_limit_s", "checkpoint_interval_s"):
+            t = getattr(self, name)
+            if isinstance(t, bool) or not isinstance(t, int | float) or not 0 <= t < float("inf"):
+                errs.append(f"driver.{name}={t!r} must be a number of seconds >= 0 (0: no limit)")
+        return errs
+
+    def out_of_time(self, start: float) -> bool:
+        """Whether the loop that started at time.monotonic() == start has used its time_limit_s."""
+        return self.time_limit_s > 0 and time.monotonic() - start >= self.time_limit_s
+
+
+
+@dataclass(kw_only=True)
+class Plan:
+    """Everything resolved before a run starts."""
+
+    config: RunConfig
+    driver: DriverConfig
+    spaces: EnvSpaces
+    run_dir: Path
+    code_sha: str
+    baseline: str | None
+    resume_step: int = 0
+    checkpoint: Path | None = None
+    serial: bool = False
+    quiet: bool = False
+    sizing_reason: str = ""
+    """Why the run has its sizing (the header says it): the flag, the entry point's default, or the device."""
+    fresh: bool = True
+    """A new run: config.json is written (a resume keeps the run's own)."""
+    monitor_resume_at: int | None = None
+    """The step diag.jsonl is cut back to before the run appends (None: a new folder, nothing to cut)."""
+    notes: tuple[str, ...] = ()
+    """What the user is told before the run starts: a checkpoint passed over, a start from step 0, a config change."""
+    config_change: tuple[str, ...] = ()
+    """The fields of config.json changed since the run wrote it, accepted by --allow-config-change."""
