@@ -1,15 +1,16 @@
-"""The GPU machine's one script: build the kernels, check them against the reference, time them.
+"""The GPU machine's one script: build the kernels, run them under compute-sanitizer, time them.
 
     python benchmarks/gpu_check.py build                  # build (cached) and load the extension
-    python benchmarks/gpu_check.py checks  --json F       # every op vs the float64 reference, grads, opcheck
     python benchmarks/gpu_check.py sanitize               # each op fwd+bwd once at B=128 (under compute-sanitizer)
     python benchmarks/gpu_check.py ops     --json F       # per-op time: kernels vs eager vs compiled reference
     python benchmarks/gpu_check.py graphcheck --json F    # CUDA-graph Learner vs the eager CUDA Learner, same seed
     python benchmarks/gpu_check.py minibatch --T 16 --B 512  # Learner.updates in minibatches vs update() on each
     python benchmarks/gpu_check.py learner --json F       # full Learner.update: graph / cuda / eager / compile modes
 
-benchmarks/gpu_check.sh runs them all in one call and copies the logs and JSON to $OUT. `--device cpu`
-runs checks/ops/learner on the CPU (the reference against the CPU op implementations) to test this script.
+The kernels' numbers (every op against the float64 reference, gradients, opcheck) are tests:
+tests/test_kernels_cuda.py, on the shared harness in tests/kernel_checks.py, which `sanitize` runs once.
+benchmarks/gpu_check.sh runs pytest on them and these stages in one call and copies the logs and JSON to $OUT.
+`--device cpu` runs ops/learner on the CPU (the reference against the CPU op implementations) to test this script.
 """
 
 from __future__ import annotations
@@ -29,297 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 from learner import ops  # noqa: E402
 from learner.ops import reference as ref  # noqa: E402
-
-F32, F64 = torch.float32, torch.float64
-TOL = {F32: 2e-5, F64: 1e-12}  # ‖kernel − ref64‖/‖ref64‖; float32 sums of ≤ 1k terms land near 1e-6
-
-
-# ---------------------------------------------------------------------------------------------------- checks
-
-
-def rel_err(got: torch.Tensor, want: torch.Tensor) -> float:
-    got, want = got.detach().double(), want.detach().double()
-    if not torch.isfinite(got).all():
-        return math.inf
-    denom = want.norm().item()
-    diff = (got - want).norm().item()
-    return diff / denom if denom > 0 else diff
-
-
-def poison(*like: tuple[tuple[int, ...], torch.dtype], device) -> None:
-    """Leave NaN in the caching allocator's blocks of these sizes, where the op's outputs will land next."""
-    blocks = [torch.full(shape, math.nan, dtype=dtype, device=device) for shape, dtype in like]
-    del blocks
-
-
-def make_inputs(cfg: dict, device, seed: int) -> dict[str, torch.Tensor]:
-    """Fresh float64 inputs for every op at one size (cast per dtype by the caller)."""
-    g = torch.Generator(device=device).manual_seed(seed)
-    B, H, N, Z, T, T2, S = (cfg[k] for k in ("B", "H", "N", "Z", "T", "T2", "steps"))
-
-    def randn(*shape, scale=1.0):
-        return torch.randn(*shape, generator=g, device=device, dtype=F64) * scale
-
-    def rand(*shape):
-        return torch.rand(*shape, generator=g, device=device, dtype=F64)
-
-    return {
-        "h": randn(B, H),
-        "w_v": randn(H, scale=H**-0.5),
-        "b_v": randn(1),
-        "w_a": randn(H, N, scale=H**-0.5),
-        "b_a": randn(N),
-        "grad_v": randn(B),
-        "grad_a": randn(B, N),
-        "grad_q": randn(B, N),
-        "q_online_next": randn(B, N),
-        "q_target_next": randn(B, N),
-        "reward": randn(B, scale=3.0),
-        "discount": torch.where(rand(B) < 0.1, 0.0, 0.99**3),
-        "q": randn(B, N, scale=2.0),
-        "action": torch.randint(0, N, (B,), generator=g, device=device),
-        "y": randn(B, scale=2.0),
-        "next_probs": torch.softmax(randn(B, Z), dim=1),
-        "theta": randn(B, T),
-        "tau": rand(B, T),
-        "target": randn(B, T2),
-        "logits": randn(B, N, Z),
-        "support": torch.linspace(-10, 10, Z, dtype=F64, device=device),
-        "quantiles": randn(B, T, N),
-        "grad_ens": randn(B, N),
-        "rewards": randn(S, B),
-        "values": randn(S, B),
-        "next_values": randn(S, B),
-        "terminated": rand(S, B) < 0.05,
-        "truncated": rand(S, B) < 0.05,
-        "pre": randn(B, T, H),
-        "w_out": randn(N, H, scale=H**-0.5),
-        "b_out": randn(N),
-        "grad_iqn": randn(B, T, N),
-        "valid": rand(S, B) < 0.9,
-        "roll_obs": randn(S + 1, B, 8),
-        "roll_actions": torch.randint(0, N, (S, B), generator=g, device=device),
-        "soft_target": randn(B * H + 3),
-        "soft_online": randn(B * H + 3),
-    }
-
-
-def check_size(cfg: dict, dtype, device, seed: int, results: list) -> None:
-    x64 = make_inputs(cfg, device, seed)
-    # The truth: the reference in float64 on the dtype-rounded inputs, so only kernel arithmetic is measured.
-    x = {k: (v.to(dtype) if v.is_floating_point() else v) for k, v in x64.items()}
-    xt = {k: (v.double() if v.is_floating_point() else v) for k, v in x.items()}
-    B, N = cfg["B"], cfg["N"]
-
-    def record(op, what, got, want, ref32=None):
-        err = rel_err(got, want)
-        row = {"op": op, "what": what, "dtype": str(dtype).removeprefix("torch."), **cfg, "rel_err": err}
-        if ref32 is not None:
-            row["ref_same_dtype_rel_err"] = rel_err(ref32, want)
-        # Never worse than the reference itself in this dtype (C51 positions b = (Tz − v_min)/Δz carry an
-        # absolute rounding error of ~Z·ε in float32, whoever computes them).
-        row["ok"] = bool(err <= max(TOL[dtype], 4 * row.get("ref_same_dtype_rel_err", 0.0)))
-        results.append(row)
-
-    def leaves(*names, src):
-        return [src[n].detach().clone().requires_grad_() for n in names]
-
-    # dueling forward + backward (through autograd, i.e. the decompose-and-backward kernel)
-    names = ("h", "w_v", "b_v", "w_a", "b_a")
-    ins, ins_t = leaves(*names, src=x), leaves(*names, src=xt)
-    poison(((B,), dtype), ((B, N), dtype), ((B, N), dtype), device=device)
-    out = ops.dueling_forward(*ins)
-    out_t = ref.dueling_forward(*ins_t)
-    for label, got, want in zip(("v", "a", "q"), out, out_t, strict=True):
-        record("dueling_forward", label, got, want, ref.dueling_forward(*[t.detach() for t in ins])["vaq".index(label)])
-    gvaq = (x["grad_v"], x["grad_a"], x["grad_q"])
-    grads = torch.autograd.grad(out, ins, gvaq)
-    grads_t = torch.autograd.grad(out_t, ins_t, tuple(g.double() for g in gvaq))
-    for name, got, want in zip(names, grads, grads_t, strict=True):
-        record("dueling_backward", f"grad_{name}", got, want)
-    # only Q used (the learner's case): unused V/A grads arrive as None
-    out = ops.dueling_forward(*ins)
-    grads = torch.autograd.grad(out[2], ins, x["grad_q"])
-    grads_t = torch.autograd.grad(ref.dueling_forward(*ins_t)[2], ins_t, xt["grad_q"])
-    for name, got, want in zip(names, grads, grads_t, strict=True):
-        record("dueling_backward", f"grad_{name}|q_only", got, want)
-
-    poison(((B,), dtype), device=device)
-    got = ops.dueling_bellman_target(x["q_online_next"], x["q_target_next"], x["reward"], x["discount"])
-    want = ref.dueling_bellman_target(xt["q_online_next"], xt["q_target_next"], xt["reward"], xt["discount"])
-    record("dueling_bellman_target", "y", got, want)
-
-    q, q_t = leaves("q", src=x)[0], leaves("q", src=xt)[0]
-    poison(((), dtype), ((B, N), dtype), device=device)
-    loss = ops.dueling_huber_loss(q, x["action"], x["y"], 1.0)
-    loss_t = ref.dueling_huber_loss(q_t, xt["action"], xt["y"], 1.0)
-    record("dueling_huber_loss", "loss", loss, loss_t)
-    record("dueling_huber_loss", "grad_q", torch.autograd.grad(loss, q)[0], torch.autograd.grad(loss_t, q_t)[0])
-
-    poison(((B, cfg["Z"]), dtype), device=device)
-    got = ops.c51_project(x["next_probs"], x["reward"], x["discount"], -10.0, 10.0)
-    want = ref.c51_project(xt["next_probs"], xt["reward"], xt["discount"], -10.0, 10.0)
-    record(
-        "c51_project", "target", got, want, ref.c51_project(x["next_probs"], x["reward"], x["discount"], -10.0, 10.0)
-    )
-
-    th, th_t = leaves("theta", src=x)[0], leaves("theta", src=xt)[0]
-    poison(((), dtype), ((B, cfg["T"]), dtype), ((B,), dtype), device=device)
-    loss = ops.iqn_quantile_huber_loss(th, x["tau"], x["target"], 1.0)
-    loss_t = ref.iqn_quantile_huber_loss(th_t, xt["tau"], xt["target"], 1.0)
-    record("iqn_quantile_huber_loss", "loss", loss, loss_t)
-    record(
-        "iqn_quantile_huber_loss", "grad_theta", torch.autograd.grad(loss, th)[0], torch.autograd.grad(loss_t, th_t)[0]
-    )
-
-    lg, qn = leaves("logits", "quantiles", src=x)
-    lg_t, qn_t = leaves("logits", "quantiles", src=xt)
-    poison(((B, N), dtype), device=device)
-    got = ops.ensemble_q(lg, x["support"], qn, 0.5)
-    want = ref.ensemble_q(lg_t, xt["support"], qn_t, 0.5)
-    record("ensemble_q", "q_ens", got, want)
-    g_got = torch.autograd.grad(got, (lg, qn), x["grad_ens"])
-    g_want = torch.autograd.grad(want, (lg_t, qn_t), xt["grad_ens"])
-    record("ensemble_q_backward", "grad_logits", g_got[0], g_want[0])
-    record("ensemble_q_backward", "grad_quantiles", g_got[1], g_want[1])
-    # The learner's shape: the IQN mean over fixed midpoints arrives as one tau, quantiles [B, 1, N].
-    qn1, qn1_t = (t[:, :1, :].detach().clone().requires_grad_() for t in (x["quantiles"], xt["quantiles"]))
-    lg1, lg1_t = (t.detach().clone().requires_grad_() for t in (x["logits"], xt["logits"]))
-    poison(((B, N), dtype), device=device)
-    got = ops.ensemble_q(lg1, x["support"], qn1, 0.5)
-    want = ref.ensemble_q(lg1_t, xt["support"], qn1_t, 0.5)
-    record("ensemble_q", "q_ens|T1", got, want)
-    g_got = torch.autograd.grad(got, (lg1, qn1), x["grad_ens"])
-    g_want = torch.autograd.grad(want, (lg1_t, qn1_t), xt["grad_ens"])
-    record("ensemble_q_backward", "grad_logits|T1", g_got[0], g_want[0])
-    record("ensemble_q_backward", "grad_quantiles|T1", g_got[1], g_want[1])
-
-    # IQN head (forward through the kernel, backward through autograd, i.e. iqn_head_backward)
-    names = ("h", "pre", "w_out", "b_out")
-    ih, ih_t = leaves(*names, src=x), leaves(*names, src=xt)
-    poison(((B, cfg["T"], N), dtype), device=device)
-    got = ops.iqn_head(*ih)
-    want = ref.iqn_head(*ih_t)
-    record("iqn_head", "q", got, want, ref.iqn_head(*[t.detach() for t in ih]))
-    poison(((B, cfg["H"]), dtype), ((B, cfg["T"], cfg["H"]), dtype), device=device)
-    grads = torch.autograd.grad(got, ih, x["grad_iqn"])
-    grads_t = torch.autograd.grad(want, ih_t, xt["grad_iqn"])
-    for name, g_got, g_want in zip(names, grads, grads_t, strict=True):
-        record("iqn_head_backward", f"grad_{name}", g_got, g_want)
-    del got, want, grads, grads_t
-    ih1 = torch.autograd.grad(ops.iqn_head(*ih), ih, x["grad_iqn"])
-    ih2 = torch.autograd.grad(ops.iqn_head(*ih), ih, x["grad_iqn"])
-    same_ih = all(torch.equal(p, r) for p, r in zip(ih1, ih2, strict=True))
-    results.append({"op": "iqn_head", "what": "bitwise_repeat", "dtype": str(dtype), **cfg, "ok": bool(same_ih)})
-    del ih1, ih2
-
-    ends = x["terminated"] | x["truncated"]
-    poison(((cfg["steps"], B), dtype), ((cfg["steps"], B), dtype), device=device)
-    got = ops.gae(x["rewards"], x["values"], x["next_values"], x["terminated"], ends, 0.99, 0.95)
-    want = ref.gae(xt["rewards"], xt["values"], xt["next_values"], x["terminated"], ends, 0.99, 0.95)
-    record("gae", "advantages", got[0], want[0])
-    record("gae", "returns", got[1], want[1])
-
-    # n-step returns and the replay write (the learner's per-payload and per-step host work, as kernels)
-    got = ops.nstep_returns(x["rewards"], x["valid"], x["terminated"], x["truncated"], 0.99, 3, 0.5)
-    want = ref.nstep_returns(xt["rewards"], x["valid"], x["terminated"], x["truncated"], 0.99, 3, 0.5)
-    record("nstep_returns", "ret", got[0], want[0])
-    record("nstep_returns", "discount", got[1], want[1])
-    exact = torch.equal(got[2], want[2])
-    results.append({"op": "nstep_returns", "what": "next_row_exact", "dtype": str(dtype), **cfg, "ok": exact})
-    flat = x["valid"].reshape(-1).nonzero().squeeze(1)
-    cap = max(1, flat.numel() + 5)
-    cursor = cap - 3  # wraps
-    ring = {
-        "obs": torch.zeros(cap, 8, dtype=dtype, device=device),
-        "action": torch.zeros(cap, dtype=torch.int64, device=device),
-        "ret": torch.zeros(cap, dtype=dtype, device=device),
-        "discount": torch.zeros(cap, dtype=dtype, device=device),
-        "next_obs": torch.zeros(cap, 8, dtype=dtype, device=device),
-    }
-    ring_ref = {k: v.clone() for k, v in ring.items()}
-    ops.replay_write_(ring, x["roll_obs"], x["roll_actions"], got, flat, cursor)
-    ref.replay_write_(*ring_ref.values(), x["roll_obs"], x["roll_actions"], *got, flat, cursor)
-    same = all(torch.equal(ring[k], ring_ref[k]) for k in ring)
-    results.append({"op": "replay_write_", "what": "rows_exact", "dtype": str(dtype), **cfg, "ok": bool(same)})
-
-    for offset in (0, 1):  # offset 1 breaks 16-byte alignment: the scalar path
-        tgt, onl = x["soft_target"][offset:].clone(), x["soft_online"][offset:].clone()
-        tgt_t = xt["soft_target"][offset:].clone()
-        ops.soft_update_(tgt, onl, 0.005)
-        ref.soft_update_(tgt_t, xt["soft_online"][offset:], 0.005)
-        record("soft_update_", f"target|offset{offset}", tgt, tgt_t)
-
-    # Run-to-run determinism (no atomics anywhere): a second call gives the same bits.
-    a1 = ops.c51_project(x["next_probs"], x["reward"], x["discount"], -10.0, 10.0)
-    poison(((B, cfg["Z"]), dtype), device=device)
-    a2 = ops.c51_project(x["next_probs"], x["reward"], x["discount"], -10.0, 10.0)
-    l1 = ops.iqn_quantile_huber_loss(x["theta"], x["tau"], x["target"])
-    l2 = ops.iqn_quantile_huber_loss(x["theta"], x["tau"], x["target"])
-    d1 = torch.autograd.grad(ops.dueling_forward(*ins)[2], ins, x["grad_q"])
-    d2 = torch.autograd.grad(ops.dueling_forward(*ins)[2], ins, x["grad_q"])
-    same = torch.equal(a1, a2) and torch.equal(l1, l2) and all(torch.equal(p, r) for p, r in zip(d1, d2, strict=True))
-    results.append({"op": "all", "what": "bitwise_repeat", "dtype": str(dtype), **cfg, "ok": bool(same)})
-
-
-SIZES = [
-    {"B": 1, "H": 37, "N": 2, "Z": 2, "T": 1, "T2": 3, "steps": 1},
-    {"B": 128, "H": 512, "N": 9, "Z": 51, "T": 32, "T2": 32, "steps": 16},
-    {"B": 1024, "H": 512, "N": 9, "Z": 51, "T": 32, "T2": 32, "steps": 64},
-    {"B": 333, "H": 1000, "N": 70, "Z": 1100, "T": 300, "T2": 200, "steps": 5},
-    {"B": 4096, "H": 512, "N": 3, "Z": 101, "T": 64, "T2": 64, "steps": 128},
-]
-
-
-def run_checks(device: str, json_path: str | None) -> bool:
-    results: list[dict] = []
-    for i, cfg in enumerate(SIZES):
-        for dtype in (F32, F64):
-            check_size(cfg, dtype, device, seed=1000 + i, results=results)
-    # opcheck on this device (schema, fake impl, autograd registration, AOT dispatch)
-    sys.path.insert(0, str(ROOT / "tests"))
-    from test_ops_library import sample_inputs
-
-    from learner.ops import library
-
-    for dtype in (F32, F64):
-        samples = sample_inputs(dtype, rows=7, seed=11, requires_grad=True, device=device)
-        for name in library.OP_NAMES:
-            try:
-                torch.library.opcheck(getattr(torch.ops.foxhunt, name).default, samples[name])
-                results.append({"op": name, "what": "opcheck", "dtype": str(dtype), "ok": True})
-            except Exception as exc:
-                results.append({"op": name, "what": "opcheck", "dtype": str(dtype), "ok": False, "error": repr(exc)})
-    # A bad input on the CUDA path gets a message naming it.
-    if device == "cuda":
-        try:
-            torch.ops.foxhunt.gae(
-                *[torch.zeros(3, 2, device=device)] * 3,
-                torch.zeros(3, 2, device=device),
-                torch.zeros(3, 2, dtype=torch.bool, device=device),
-                0.9,
-                0.9,
-            )
-            results.append({"op": "gae", "what": "bad_dtype_message", "ok": False})
-        except RuntimeError as exc:
-            ok = "terminated has dtype Float, expected Bool" in str(exc)
-            results.append({"op": "gae", "what": "bad_dtype_message", "ok": ok, "message": str(exc)[:200]})
-    bad = [r for r in results if not r["ok"]]
-    worst: dict[tuple, float] = {}
-    for r in results:
-        if "rel_err" in r:
-            key = (r["op"], r["dtype"])
-            worst[key] = max(worst.get(key, 0.0), r["rel_err"])
-    print(f"{'op':<26}{'dtype':<9}{'worst rel err':>14}")
-    for (op, dt), err in sorted(worst.items()):
-        print(f"{op:<26}{dt:<9}{err:>14.2e}")
-    print(f"checks: {len(results)} run, {len(bad)} failed")
-    for r in bad:
-        print("FAILED", r)
-    if json_path:
-        Path(json_path).write_text(json.dumps({"backend": ops.backend(), "results": results}, indent=1))
-    return not bad
-
+from tests.kernel_checks import F32, F64, SIZES, check_size, make_inputs  # noqa: E402
 
 # -------------------------------------------------------------------------------------------- sanitize
 
@@ -900,7 +611,7 @@ def count_floor(learner, batch, ceilings) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
-        "stage", choices=["build", "checks", "sanitize", "ops", "graphcheck", "minibatch", "learner", "update"]
+        "stage", choices=["build", "sanitize", "ops", "graphcheck", "minibatch", "learner", "update"]
     )
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--json")
@@ -917,8 +628,6 @@ def main() -> int:
         ops.set_backend("cuda")
     else:
         ops.set_backend("reference")
-    if args.stage == "checks":
-        return 0 if run_checks(args.device, args.json) else 1
     if args.stage == "sanitize":
         run_sanitize(args.device)
     elif args.stage == "ops":

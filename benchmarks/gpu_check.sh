@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# The GPU machine's one call: build the extension, check every kernel against the reference, run
-# compute-sanitizer (memcheck, racecheck) on the ops at B=128, time the ops and the full Learner.update.
+# The GPU machine's one call: build the extension, run the kernels' tests with pytest (every kernel against
+# the reference, gradients, opcheck, TF32: tests/test_kernels_cuda.py and the ops' and CUDA learner's test
+# files), run compute-sanitizer (memcheck, racecheck) on the ops at B=128, time the ops and the Learner.update.
 #   benchmarks/gpu_check.sh [all|kernels|learner|graph]
 #     kernels = build+checks+sanitizer+ops; learner = build+graphcheck+timing; graph = the same as learner
+# The device image has no pytest: the checks stage takes it from .devbundle/site.tar.xz
+# (../shared/tools/device-bundle; carry .devbundle along) when `import pytest` fails.
 # Logs and JSON go to $OUT (the device tool's folder) or benchmarks/results/<utc stamp>/; a short table of
 # each stage is printed last. Exit status 1 if any stage failed.
 set -uo pipefail
@@ -35,8 +38,15 @@ stage() {  # stage NAME CMD... : run, append to the log, remember failures
 
 if [ "$STAGE" = all ] || [ "$STAGE" = kernels ]; then
   stage build $PY benchmarks/gpu_check.py build
-  stage checks $PY benchmarks/gpu_check.py checks --json "$OUT/checks.json"
-  tail -25 "$OUT/.last"
+  TESTPATH=${PYTHONPATH:-}
+  if ! $PY -c 'import pytest' 2>/dev/null; then
+    mkdir -p /tmp/site && tar -xJf .devbundle/site.tar.xz -C /tmp/site && TESTPATH=$PWD:/tmp/site${TESTPATH:+:$TESTPATH}
+  fi
+  # FOXHUNT_REQUIRE_CUDA: a GPU test skipped for want of a GPU fails instead. checks.json: every check's error.
+  stage checks env PYTHONPATH="$TESTPATH" FOXHUNT_REQUIRE_CUDA=1 FOXHUNT_KERNEL_REPORT="$OUT/checks.json" \
+    FOXHUNT_TF32_REPORT="$OUT/tf32.json" $PY -m pytest -q -rs -p no:cacheprovider tests/test_kernels_cuda.py \
+    tests/test_learner_cuda.py tests/test_ops_library.py tests/test_ops_reference.py tests/test_cuda_compile.py
+  tail -12 "$OUT/.last"
   # No caching allocator under memcheck, so an out-of-bounds access hits unallocated memory and is caught.
   stage memcheck env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck --error-exitcode 9 \
     --print-limit 20 $PY benchmarks/gpu_check.py sanitize

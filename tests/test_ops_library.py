@@ -1,5 +1,6 @@
 """The registered foxhunt:: custom ops on CPU: torch.library.opcheck, autograd through them, and agreement
-with the reference. The same checks run on the CUDA implementations in benchmarks/gpu_check.py."""
+with the reference. The CUDA implementations get opcheck on these same inputs, and every op's numbers against the
+float64 reference, in tests/test_kernels_cuda.py (on a CUDA machine)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ F64, F32 = torch.float64, torch.float32
 
 
 def sample_inputs(dtype, rows=5, seed=0, requires_grad=False, device="cpu"):
-    """One argument tuple per op, shaped as the learner calls them (small sizes); gpu_check reuses it."""
+    """One argument tuple per op, shaped as the learner calls them (small sizes); test_kernels_cuda reuses it."""
     g = torch.Generator().manual_seed(seed)
 
     def rand(*shape, grad=False):
