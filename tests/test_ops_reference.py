@@ -1,7 +1,7 @@
 """The pure-PyTorch reference ops against hand-computed cases, plain loops and autograd.
 
-These pin the semantics the CUDA kernels are checked against on the GPU machine, so every case here is
-computed a second, independent way (a naive loop, a closed form, or a value worked out by hand).
+These pin the semantics the CUDA kernels are checked against on the GPU machine (tests/test_kernels_cuda.py), so
+every case here is computed a second, independent way (a naive loop, a closed form, or a value worked out by hand).
 """
 
 from __future__ import annotations
@@ -362,10 +362,18 @@ class TestPublicValidation:
         with pytest.raises(ValueError, match=r"tau=1\.5 must be in"):
             ops.soft_update_(torch.zeros(3), torch.zeros(3), 1.5)
 
-    def test_cpu_path_is_the_reference(self):
-        assert ops.backend().startswith("reference") or torch.cuda.is_available()
+    @pytest.mark.parametrize("mode", ["auto", "cuda", "reference"])
+    def test_cpu_tensors_take_the_reference_in_every_mode(self, mode, monkeypatch):
+        """On any machine, GPU or not, with the extension loaded or not: an op on CPU tensors calls the reference
+        (once, bit for bit its result) and never starts a build of the extension."""
+        calls = []
+        reference_ensemble_q = ref.ensemble_q
+        monkeypatch.setattr(ref, "ensemble_q", lambda *args: calls.append(args) or reference_ensemble_q(*args))
+        monkeypatch.setattr(ops._State, "mode", mode)
+        loaded = ops._State.loaded
         q = _rand(4, 3).float()
-        torch.testing.assert_close(
-            ops.ensemble_q(q.reshape(4, 3, 1), torch.ones(1), q.reshape(4, 1, 3), 0.5),
-            ref.ensemble_q(q.reshape(4, 3, 1), torch.ones(1), q.reshape(4, 1, 3), 0.5),
-        )
+        args = (q.reshape(4, 3, 1), torch.ones(1), q.reshape(4, 1, 3), 0.5)
+        got = ops.ensemble_q(*args)
+        assert len(calls) == 1
+        assert ops._State.loaded == loaded
+        torch.testing.assert_close(got, reference_ensemble_q(*args), rtol=0, atol=0)
