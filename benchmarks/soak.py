@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     complete = steps == list(range(1, args.steps + 1))
     summary = json.loads((run_dir / "summary.json").read_text())
     step, path = list_checkpoints(run_dir)[-1]
-    sd = torch.load(path, map_location="cpu", weights_only=True)
+    sd = torch.load(path, map_location="cpu", weights_only=True)["learner"]  # the learner worker's checkpoint
     learner = Learner(LearnerConfig(**sd["config"]), obs_dim=sd["obs_dim"], n_actions=sd["n_actions"])
     learner.load_state_dict(sd)
     loads = learner.step == step == args.steps
