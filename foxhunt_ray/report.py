@@ -550,8 +550,14 @@ def _series(run: Run, key: str, max_points: int, window: int = 1) -> tuple[np.nd
 
 def _figure(nrows: int = 1, ncols: int = 1, *, size: tuple[float, float] = (10, 5.5)):
     """A Figure on the Agg canvas, without pyplot: no display, no global figure state (headless, CI)."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ModuleNotFoundError:  # an extra: cluster nodes do not need it
+        raise ReportError(
+            "the report's plots need matplotlib, which foxhunt-ray installs only as an extra: "
+            "pip install 'foxhunt-ray[report]' (or pip install matplotlib)"
+        ) from None
 
     fig = Figure(figsize=size, dpi=110, layout="constrained")
     FigureCanvasAgg(fig)

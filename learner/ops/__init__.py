@@ -7,8 +7,9 @@ active and why.
 
 Backend choice: `FOXHUNT_OPS` = "auto" (default: build the extension on the first call with a CUDA
 tensor, fall back to the reference if that fails), "cuda" (build or raise) or "reference" (never build);
-`set_backend()` changes it at run time. The build is cached in `FOXHUNT_EXT_DIR` (default
-<repo>/build/foxhunt_ext), so only the first process on a machine pays for nvcc.
+`set_backend()` changes it at run time. The build is cached in `FOXHUNT_EXT_DIR` (default <repo>/build/foxhunt_ext
+in a checkout, ~/.cache/foxhunt_ray/ext for an installed wheel, which carries the sources: cuda_sources()), so only
+the first process on a machine pays for nvcc.
 """
 
 from __future__ import annotations
@@ -40,6 +41,27 @@ __all__ = [
 ]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def cuda_sources() -> Path:
+    """The kernels' sources (kernels/*.cu, binding/*.cpp): a checkout's cuda/, or learner/ops/csrc/ of an installed
+    wheel (pyproject.toml maps cuda/ there)."""
+    for root in (REPO_ROOT / "cuda", Path(__file__).resolve().parent / "csrc"):
+        if (root / "kernels").is_dir() and (root / "binding").is_dir():
+            return root
+    raise RuntimeError(
+        f"the CUDA sources are neither in {REPO_ROOT / 'cuda'} (a checkout) nor in "
+        f"{Path(__file__).resolve().parent / 'csrc'} (an installed wheel): reinstall foxhunt-ray"
+    )
+
+
+def default_build_dir() -> Path:
+    """Where the extension is built unless FOXHUNT_EXT_DIR says: <checkout>/build/foxhunt_ext, or for an installed
+    package the user's cache (~/.cache/foxhunt_ray/ext: site-packages may not be writable)."""
+    if (REPO_ROOT / "cuda").is_dir():
+        return REPO_ROOT / "build" / "foxhunt_ext"
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return cache / "foxhunt_ray" / "ext"
 _MODES = ("auto", "cuda", "reference")
 
 
@@ -83,9 +105,10 @@ def load_extension(verbose: bool = False) -> None:
             raise RuntimeError("cannot load the foxhunt CUDA extension: torch sees no CUDA device")
         from torch.utils import cpp_extension
 
-        kernels = sorted((REPO_ROOT / "cuda" / "kernels").glob("*.cu"))
-        bindings = sorted((REPO_ROOT / "cuda" / "binding").glob("*.cpp"))
-        build_dir = Path(os.environ.get("FOXHUNT_EXT_DIR", REPO_ROOT / "build" / "foxhunt_ext"))
+        src = cuda_sources()
+        kernels = sorted((src / "kernels").glob("*.cu"))
+        bindings = sorted((src / "binding").glob("*.cpp"))
+        build_dir = Path(os.environ.get("FOXHUNT_EXT_DIR") or default_build_dir())
         build_dir.mkdir(parents=True, exist_ok=True)
         major, minor = torch.cuda.get_device_capability()
         # One architecture, the one present: building for torch's whole default list costs minutes.
@@ -93,7 +116,7 @@ def load_extension(verbose: bool = False) -> None:
         cpp_extension.load(
             name="foxhunt_cuda_ext",
             sources=[str(p) for p in bindings + kernels],
-            extra_include_paths=[str(REPO_ROOT / "cuda" / "kernels")],
+            extra_include_paths=[str(src / "kernels")],
             extra_cflags=["-O3"],
             extra_cuda_cflags=["-O3", "-lineinfo"],
             build_directory=str(build_dir),

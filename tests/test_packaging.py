@@ -1,0 +1,82 @@
+"""What an installed foxhunt-ray is: a wheel that carries the CUDA sources (so an installed package builds its
+kernels as a checkout does, instead of falling back to the reference ops), the dependency floors the code needs,
+matplotlib only as the report's extra, and the constraints file ./bootstrap and CI install from."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import tomllib
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+@pytest.mark.slow
+def test_the_wheel_carries_the_cuda_sources_and_an_install_finds_them(tmp_path):
+    pip = [sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "--no-build-isolation", "-q"]
+    built = subprocess.run(
+        [*pip, "-w", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert built.returncode == 0, built.stderr[-3000:]
+    (wheel,) = tmp_path.glob("foxhunt_ray-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    sources = [p for p in (ROOT / "cuda").rglob("*") if p.suffix in (".cu", ".cuh", ".h", ".cpp")]
+    assert sources
+    in_wheel = {p: f"learner/ops/csrc/{p.relative_to(ROOT / 'cuda')}" for p in sources}
+    missing = [str(p.relative_to(ROOT)) for p, name in in_wheel.items() if name not in names]
+    assert not missing, f"the wheel lacks {missing}"
+    site = tmp_path / "site"
+    zipfile.ZipFile(wheel).extractall(site)
+    probe = (
+        "import learner.ops as o; print(o.cuda_sources()); print(o.default_build_dir()); "
+        "print(sorted(p.name for p in (o.cuda_sources() / 'kernels').glob('*.cu')))"
+    )
+    found = subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=tmp_path,
+        env={"PYTHONPATH": str(site), "XDG_CACHE_HOME": str(tmp_path / "cache"), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert found.returncode == 0, found.stderr[-3000:]
+    src, build, kernels = found.stdout.splitlines()[-3:]
+    assert Path(src) == site / "learner" / "ops" / "csrc"
+    assert Path(build) == tmp_path / "cache" / "foxhunt_ray" / "ext"
+    assert kernels == str(sorted(p.name for p in (ROOT / "cuda" / "kernels").glob("*.cu")))
+
+
+def _floor(requirement: str, name: str) -> tuple[int, ...] | None:
+    m = re.match(rf"{name}(\[[^\]]*\])?>=([0-9.]+)", requirement.replace(" ", ""))
+    return tuple(int(x) for x in m[2].split(".")) if m else None
+
+
+def test_dependency_floors_match_what_the_code_uses():
+    deps = PYPROJECT["project"]["dependencies"]
+    floors = {name: next((f for d in deps if (f := _floor(d, name))), None) for name in ("numpy", "gymnasium")}
+    assert floors["numpy"] >= (2, 0)  # np.bitwise_count
+    assert floors["gymnasium"] >= (1, 1)  # gymnasium.vector.AutoresetMode
+    used = " ".join(p.read_text() for p in (ROOT / "lobsim_env").rglob("*.py"))
+    used += " ".join(p.read_text() for p in (ROOT / "actors").rglob("*.py"))
+    assert "bitwise_count" in used and "AutoresetMode" in used  # why the floors are what they are
+    assert not any(d.startswith("matplotlib") for d in deps), "matplotlib is the report's extra, not a dependency"
+    assert any(d.startswith("matplotlib") for d in PYPROJECT["project"]["optional-dependencies"]["report"])
+
+
+def test_bootstrap_installs_from_the_constraints_file_which_pins_every_tool_the_tests_run():
+    bootstrap = (ROOT / "bootstrap").read_text()
+    assert "-c constraints.txt" in bootstrap
+    pins = dict(
+        line.split("==", 1) for line in (ROOT / "constraints.txt").read_text().splitlines() if "==" in line
+    )
+    for name in ("ray", "ruff", "pytest", "numpy", "gymnasium", "msgpack", "matplotlib", "hypothesis"):
+        assert name in pins, f"constraints.txt does not pin {name}"
