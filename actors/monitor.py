@@ -29,6 +29,7 @@ import numpy as np
 
 from actors.files import write_atomic
 from actors.kill_rules import EXIT_ERROR, EXIT_KILLED, EXIT_OK, KillConfig, KillDecision, KillRules
+from actors.tensorboard import EventWriter
 
 DIAG_FILE = "diag.jsonl"
 SUMMARY_FILE = "summary.json"
@@ -50,6 +51,10 @@ GAUGES: dict[str, str] = {
 }
 """diag key -> description; Ray gauge names are 'foxhunt_' + key."""
 GAUGE_NAMES: tuple[str, ...] = tuple("foxhunt_" + k for k in GAUGES)
+
+
+TENSORBOARD_SKIP = frozenset({"step", "time", "fold", "worker_index"})
+"""Step-line numbers that are not series worth a plot (the step is the x axis)."""
 
 
 class DiagFileError(ValueError):
@@ -204,7 +209,10 @@ class Monitor:
         self.stamp = to_json_value(dict(stamp or {}), "stamp")
         baseline = load_baseline(baseline_diag) if baseline_diag is not None else None
         self.rules = KillRules(kill, baseline)
-        self.gauges = RayGauges(self.run_dir.name)
+        # the run, not only the fold: two runs of fold 0 (other code) must not overwrite each other's gauges
+        self.gauges = RayGauges(f"{self.run_dir.parent.name}/{self.run_dir.name}")
+        self.tensorboard: EventWriter | None = None  # opened at the first record (beside diag.jsonl)
+        self._tensorboard_restart = resume_at
         self.last: dict | None = None
         self.decision: KillDecision | None = None
         self.exit_code: int | None = None
@@ -280,11 +288,24 @@ class Monitor:
         self._write(rec)
         self.last = rec
         self.gauges.set(rec)
+        self._tensorboard_scalars(rec)
         if decision is not None:
             self._write({**decision.to_record(), "time": time.time()})
             self.decision = decision
             self._summary("killed", EXIT_KILLED)
         return decision
+
+    def _tensorboard_scalars(self, rec: dict) -> None:
+        """The step line's numbers as TensorBoard scalars, under the names diag.jsonl uses (`tensorboard --logdir
+        runs`); a resumed run's first file tells TensorBoard to drop what older files hold after its checkpoint."""
+        if self.tensorboard is None:
+            self.tensorboard = EventWriter(self.run_dir, restart_at=self._tensorboard_restart or None)
+        values = {
+            k: v
+            for k, v in rec.items()
+            if k not in TENSORBOARD_SKIP and isinstance(v, int | float) and not isinstance(v, bool)
+        }
+        self.tensorboard.scalars(rec["step"], values, wall_time=rec["time"])
 
     def _add_rates(self, rec: dict) -> None:
         prev = self.last
@@ -341,6 +362,8 @@ class Monitor:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+        if getattr(self, "tensorboard", None) is not None:
+            self.tensorboard.close()
 
     def __del__(self) -> None:
         if getattr(self, "_fd", -1) >= 0:

@@ -161,8 +161,9 @@ def test_monitor_gauges_are_exported_and_job_stop_keeps_a_checkpoint(cluster, tm
             text = urllib.request.urlopen(f"http://127.0.0.1:{metrics}/metrics", timeout=10).read().decode()
         except OSError:
             continue
-        # this run's gauges only: they are tagged with the run folder's name, the fold (7 here)
-        ours = [line for line in text.splitlines() if line.startswith("ray_foxhunt_") and 'run="7"' in line]
+        # this run's gauges only: they are tagged with the run, <code_sha>/<fold> (the job's content hash, fold 7)
+        tag = f'run="{provenance.content_sha()}/7"'
+        ours = [line for line in text.splitlines() if line.startswith("ray_foxhunt_") and tag in line]
         seen |= {line.split("{")[0] for line in ours}
     # while the job runs: the head's processes (GCS, raylet, agents, the workers, the job's driver) listen on
     # loopback only (docs/running.md, "What listens on the network")
