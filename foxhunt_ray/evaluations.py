@@ -169,7 +169,31 @@ def write_record(run_dir: str | Path, record: dict[str, Any]) -> list[Path]:
     if market_of(record) == SYNTHETIC:
         written.append(Path(run_dir) / EVALUATION_FILE)
         write_json(written[1], record)
+        _tensorboard(Path(run_dir), record)
     return written
+
+
+def _tensorboard(run_dir: Path, record: dict[str, Any]) -> None:
+    """The held-out figures as TensorBoard scalars at the checkpoint's step, beside the run's training curves
+    (`heldout/<policy>_pnl_usd`, `heldout/fraction_of_oracle`); a LOBSTER day is not a point on that curve."""
+    from actors.tensorboard import EventWriter
+
+    policies = record.get("policies")
+    step = record.get("checkpoint_step")
+    if not isinstance(policies, dict) or isinstance(step, bool) or not isinstance(step, int):
+        return
+    values = {
+        f"heldout/{name}_pnl_usd": figures["pnl_usd_mean"]
+        for name, figures in policies.items()
+        if isinstance(figures, dict) and isinstance(figures.get("pnl_usd_mean"), int | float)
+    }
+    if isinstance(record.get("oracle_fraction"), int | float):
+        values["heldout/fraction_of_oracle"] = record["oracle_fraction"]
+    writer = EventWriter(run_dir)
+    try:
+        writer.scalars(step, values)
+    finally:
+        writer.close()
 
 
 # ---- reading -----------------------------------------------------------------------------------------------

@@ -288,3 +288,16 @@ def test_gauges_without_ray_and_their_names(tmp_path):
         "foxhunt_updates_per_s",
     )
     assert all(re.fullmatch(r"[a-zA-Z_:][a-zA-Z0-9_:]*", n) for n in GAUGE_NAMES)  # Prometheus metric names
+
+
+def test_the_grafana_dashboard_graphs_every_gauge_by_run():
+    """foxhunt_ray/grafana_dashboard.json (docs/running.md): one panel per gauge, its Prometheus name
+    (ray_foxhunt_*, as Ray exports a ray.util.metrics Gauge), selected by the run variable."""
+    import json
+    from pathlib import Path
+
+    dash = json.loads((Path(__file__).resolve().parents[1] / "foxhunt_ray" / "grafana_dashboard.json").read_text())
+    exprs = [t["expr"] for p in dash["panels"] for t in p["targets"]]
+    assert sorted(exprs) == sorted(f'ray_{name}{{run=~"$run"}}' for name in GAUGE_NAMES)
+    (run,) = [v for v in dash["templating"]["list"] if v["name"] == "run"]
+    assert run["definition"] == "label_values(ray_foxhunt_qpa, run)" and run["includeAll"]

@@ -13,6 +13,8 @@ import pytest
 from actors import tensorboard as tb
 from tests.test_driver import run
 
+ROOT = Path(__file__).resolve().parents[1]
+
 
 def _varint(buf: bytes, i: int) -> tuple[int, int]:
     shift = out = 0
@@ -123,3 +125,22 @@ def test_a_run_writes_every_step_and_a_resume_marks_its_restart(tmp_path):
     events = read_events(second)
     assert any(e["start"] and e["step"] == 31 for e in events)
     assert [e["step"] for e in events if e["scalars"]] == list(range(31, 41))
+
+
+def test_a_synthetic_evaluation_is_a_point_on_the_runs_curves_and_a_lobster_day_is_not(tmp_path):
+    import json
+
+    from foxhunt_ray import evaluations
+
+    kept = ROOT / "benchmarks/results/gpu_learning_20261203/synthetic-fold0-step00014019-64ep-h1000-pi.json"
+    record = json.loads(kept.read_text())  # a real record: the H200 run's
+    evaluations.write_record(tmp_path, record)
+    (path,) = tmp_path.glob(tb.EVENTS_PREFIX + ".*")
+    (ev,) = [e for e in read_events(path) if e["scalars"]]
+    assert ev["step"] == 14019
+    assert ev["scalars"]["heldout/agent_pnl_usd"] == pytest.approx(record["policies"]["agent"]["pnl_usd_mean"])
+    assert ev["scalars"]["heldout/fraction_of_oracle"] == pytest.approx(0.780, abs=1e-3)
+    day = tmp_path / "day"
+    day.mkdir()
+    evaluations.write_record(day, {**record, "market": "lobster", "lobster": {"file": "AMZN_2012-06-21.zip"}})
+    assert not list(day.glob(tb.EVENTS_PREFIX + ".*"))
