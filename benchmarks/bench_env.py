@@ -31,11 +31,9 @@ from pathlib import Path  # noqa: E402
 import gymnasium as gym  # noqa: E402
 import numpy as np  # noqa: E402
 
-from lobsim_env import LobEnv, LobVectorEnv, MarketConfig  # noqa: E402
+from lobsim_env import LobEnv, LobVectorEnv, MarketConfig, samples  # noqa: E402
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "lobster"
-if not DATA.exists():
-    DATA = Path("/work/shared/data/lobster")
+DATA = samples.data_dir()
 
 
 def pin_one_core() -> str:

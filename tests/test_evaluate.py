@@ -24,13 +24,13 @@ from foxhunt_ray.evaluate import (
 from foxhunt_ray.loops import RESUME_SEED_STRIDE
 from learner.learner import Learner
 from learner.network import policy_from_weights
-from lobsim_env import Action, LobVectorEnv, MarketConfig
+from lobsim_env import Action, LobVectorEnv, MarketConfig, samples
 from lobsim_env.baselines import POLICIES, evaluate_policy, run_episodes
 from lobsim_env.folds import HELDOUT_FOLD_STRIDE, heldout_seed
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
-AMZN_1 = Path("/work/shared/data/lobster/LOBSTER_SampleFile_AMZN_2012-06-21_1.zip")
+AMZN_1 = samples.sample_zip("AMZN", 1)
 EPISODES = 8
 TOP_KEYS = {"run_dir", "checkpoint", "checkpoint_step", "fold", "market", "episodes", "eval_seed", "policies"}
 TOP_KEYS |= {"created", "seed_origin", "trained_on", "held_out", "horizon", "policy_head", "caveat"}

@@ -9,14 +9,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lobsim_env import lobster
+from lobsim_env import lobster, samples
 from lobsim_env.lobster import DUMMY_ASK_PRICE, DUMMY_BID_PRICE, LobsterFormatError, load_day
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "lobster"
-if not DATA.exists():  # a checkout beside ../shared, or the team's fixed path
-    DATA = Path("/work/shared/data/lobster")
-GOOG_1 = DATA / "LOBSTER_SampleFile_GOOG_2012-06-21_1.zip"
-AMZN_5 = DATA / "LOBSTER_SampleFile_AMZN_2012-06-21_5.zip"
+DATA = samples.data_dir()
+GOOG_1 = samples.sample_zip("GOOG", 1)
+AMZN_5 = samples.sample_zip("AMZN", 5)
 needs_data = pytest.mark.skipif(not GOOG_1.exists(), reason=f"LOBSTER sample files not found in {DATA}")
 
 STEM = "TEST_2012-06-21_34200000_57600000"
@@ -281,3 +279,11 @@ def test_levels_out_of_range(tmp_path: Path, levels: int) -> None:
 def test_missing_path(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="no such file"):
         load_day(tmp_path / "nope.zip")
+
+
+def test_the_sample_days_folder_has_one_home(monkeypatch, tmp_path):
+    monkeypatch.setenv(samples.DATA_ENV, str(tmp_path))
+    assert samples.data_dir() == tmp_path
+    assert samples.sample_zip("AMZN", 5) == tmp_path / "LOBSTER_SampleFile_AMZN_2012-06-21_5.zip"
+    monkeypatch.delenv(samples.DATA_ENV)
+    assert samples.data_dir() == Path(samples.__file__).resolve().parents[2] / "shared" / "data" / "lobster"

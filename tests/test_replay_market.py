@@ -8,16 +8,16 @@ import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-from lobsim_env import Action, LobEnv, LobVectorEnv, MarketConfig
+from lobsim_env import Action, LobEnv, LobVectorEnv, MarketConfig, samples
 from lobsim_env.folds import DaySpec, lobster_days, synthetic_days, walk_forward
 from lobsim_env.lobster import LobsterDay, load_day
 from lobsim_env.replay_market import ReplayMarket, lobster_config
 
-DATA = Path("/work/shared/data/lobster")
+DATA = samples.data_dir()
 FILES = {
-    "AMZN_1": DATA / "LOBSTER_SampleFile_AMZN_2012-06-21_1.zip",
-    "AMZN_5": DATA / "LOBSTER_SampleFile_AMZN_2012-06-21_5.zip",
-    "GOOG_1": DATA / "LOBSTER_SampleFile_GOOG_2012-06-21_1.zip",
+    "AMZN_1": samples.sample_zip("AMZN", 1),
+    "AMZN_5": samples.sample_zip("AMZN", 5),
+    "GOOG_1": samples.sample_zip("GOOG", 1),
 }
 needs_data = pytest.mark.skipif(not DATA.exists(), reason="LOBSTER sample data not present")
 
