@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import inspect
 import json
 import sys
 import time
@@ -47,9 +46,8 @@ from foxhunt_ray.evaluations import (
 )
 from foxhunt_ray.loops import RESUME_SEED_STRIDE
 from foxhunt_ray.plan import DriverConfig
-from learner.config import LearnerConfig
 from learner.learner import CHECKPOINT_FORMAT as LEARNER_FORMAT
-from learner.network import MainNet, PolicyNet, flatten_parameters_, policy_from_weights
+from learner.network import NET_FIELDS, MainNet, PolicyNet, flatten_parameters_, main_net, policy_from_weights
 from lobsim_env import ENV_ID, LobVectorEnv, MarketConfig
 from lobsim_env.baselines import NEEDS_LATENT_REGIME, POLICIES, Policy, run_episodes
 from lobsim_env.folds import HELDOUT_FOLD_STRIDE, heldout_seed
@@ -71,7 +69,6 @@ METRIC_KEYS = (
     "fill_rate",
 )
 """Keys every policy's entry in an evaluation record has (the report command reads them)."""
-_NET_FIELDS = ("hidden_dim", "encoder_layers", "n_atoms")
 """Learner config fields that size the network the checkpoint's parameters fill."""
 _Q_FIELDS = ("v_min", "v_max", "ensemble_w", "iqn_taus")
 """... and those q_ens reads (the C51 support, the ensemble weight, the IQN quantile midpoints)."""
@@ -161,14 +158,13 @@ def load_agent(path: Path, run: RunConfig, *, obs_dim: int, n_actions: int, head
     """The checkpoint's network as a greedy baselines-style policy, and its learner step.
 
     Only what acting needs is built: the main network (encoder, C51, IQN, pi, V) from the run's config.json,
-    its flat parameters copied in (MainNet's extra-head switches taken from the config, as the Learner does);
+    its flat parameters copied in (learner.network.main_net: the network the Learner of that config builds);
     for head 'pi' the encoder + pi as the rollout actors' PolicyNet.
     """
     step, learner = _read_checkpoint(path)
     cfg = run.learner
     # Only the fields acting reads: a checkpoint of older code lacks later training-only fields, and that is fine.
-    switches = _net_switches(cfg)
-    needed = _NET_FIELDS + tuple(switches) + (_Q_FIELDS if head == "q" else ())
+    needed = NET_FIELDS + (_Q_FIELDS if head == "q" else ())
     mine, theirs = dataclasses.asdict(cfg), learner.get("config", {})
     diff = [k for k in needed if mine[k] != theirs.get(k)]
     if diff:
@@ -185,7 +181,7 @@ def load_agent(path: Path, run: RunConfig, *, obs_dim: int, n_actions: int, head
             "the replay market does not build the observation the policy was trained on"
         )
     with torch.random.fork_rng(devices=[]):  # the throwaway initial weights leave the caller's RNG alone
-        net = MainNet(obs_dim, n_actions, cfg.hidden_dim, cfg.encoder_layers, cfg.n_atoms, **switches)
+        net = main_net(cfg, obs_dim, n_actions)
     flat, _ = flatten_parameters_(net)
     saved = learner["main"]["flat"]
     if tuple(saved.shape) != tuple(flat.shape):
@@ -210,14 +206,6 @@ def load_agent(path: Path, run: RunConfig, *, obs_dim: int, n_actions: int, head
         return _greedy_pi(policy), step
     support = torch.linspace(cfg.v_min, cfg.v_max, cfg.n_atoms)
     return _greedy_q(net, support, cfg.ensemble_w, cfg.iqn_taus), step
-
-
-def _net_switches(cfg: LearnerConfig) -> dict[str, Any]:
-    """MainNet's keyword-only switches (extra heads) that are learner config fields, as the config sets them,
-    so the network built here has exactly the parameters of the learner that wrote the checkpoint."""
-    fields = {f.name for f in dataclasses.fields(cfg)}
-    params = inspect.signature(MainNet.__init__).parameters.values()
-    return {p.name: getattr(cfg, p.name) for p in params if p.kind is p.KEYWORD_ONLY and p.name in fields}
 
 
 def _greedy_pi(policy: PolicyNet) -> Policy:

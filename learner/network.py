@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from learner import ops
+from learner.config import LearnerConfig
 
 IQN_EMBED_DIM = 64
 """Cosine features of tau: cos(pi * i * tau), i = 0..63 (IQN paper)."""
@@ -171,6 +172,24 @@ class MainNet(nn.Module):
         """V_IQN(s) = mean_a E_tau Q(s, a, tau) [B] of the composed IQN Q, tau at the fixed midpoints (Phase 3.2):
         exactly mean_tau V(s, tau) by the dueling identity, in IQN's scale, not C51's or V_scalar's."""
         return self.iqn_quantiles(h, n_taus).mean((1, 2))
+
+
+def main_net(cfg: LearnerConfig, obs_dim: int, n_actions: int) -> MainNet:
+    """The MainNet a learner of `cfg` trains: its sizes and its ablation switches (the one place that maps the
+    config to the network, for the Learner and for anything rebuilding a checkpoint's network)."""
+    return MainNet(
+        obs_dim,
+        n_actions,
+        cfg.hidden_dim,
+        cfg.encoder_layers,
+        cfg.n_atoms,
+        c51_scalar_v=cfg.c51_scalar_v,
+        iqn_dueling=cfg.iqn_dueling,
+    )
+
+
+NET_FIELDS: tuple[str, ...] = ("hidden_dim", "encoder_layers", "n_atoms", "c51_scalar_v", "iqn_dueling")
+"""The LearnerConfig fields main_net reads: a checkpoint's network is rebuilt exactly when these agree."""
 
 
 class PolicyNet(nn.Module):
