@@ -27,7 +27,6 @@ RULE_NON_FINITE = "non_finite"
 RULE_QPA = "qpa_collapse"
 RULE_DUELING = "dueling_explosion"
 RULE_PNL = "pnl_deficit"
-RULES: tuple[str, ...] = (RULE_NON_FINITE, RULE_QPA, RULE_DUELING, RULE_PNL)
 
 
 @dataclass(kw_only=True, frozen=True)

@@ -25,8 +25,6 @@ IQN_EMBED_DIM = 64
 """Cosine features of tau: cos(pi * i * tau), i = 0..63 (IQN paper)."""
 HEAD_GROUPS: tuple[str, ...] = ("encoder", "c51", "iqn", "pi", "v")
 """Parameter groups of MainNet (Plan A v2), in order; grad norms are reported per group."""
-ABLATION_GROUPS: tuple[str, ...] = ("c51_v", "iqn_v")
-"""Extra groups of the ablation switches, after HEAD_GROUPS when present (MainNet.groups lists a net's own)."""
 
 
 def encoder_mlp(obs_dim: int, hidden_dim: int, layers: int) -> nn.Sequential:

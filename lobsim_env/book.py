@@ -26,7 +26,6 @@ BID, ASK = 0, 1
 
 # Event codes of `apply_event`; one event per book per call (NONE for books that sit this one out).
 NONE, LIMIT_BID, LIMIT_ASK, MARKET_BUY, MARKET_SELL, CANCEL_BID, CANCEL_ASK = range(7)
-EVENT_NAMES = ("none", "limit_bid", "limit_ask", "market_buy", "market_sell", "cancel_bid", "cancel_ask")
 # The book side an event touches: a market buy takes from the asks, a market sell from the bids.
 _EVENT_SIDE = np.array([BID, BID, ASK, ASK, BID, BID, ASK], dtype=np.int64)
 _EVENT_KIND = np.array([0, 1, 1, 2, 2, 3, 3], dtype=np.int64)  # 0 none, 1 limit, 2 market, 3 cancel

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from learner.ops import library, reference
+from learner.ops import library, reference  # noqa: F401 - importing library registers the foxhunt:: schemas
 
 __all__ = [
     "backend",
@@ -370,5 +370,3 @@ def soft_update_(target_flat: Tensor, online_flat: Tensor, tau: float) -> None:
     else:
         reference.soft_update_(target_flat, online_flat, tau)
 
-
-REGISTERED_OPS = library.OP_NAMES  # importing library registers the foxhunt:: schemas
