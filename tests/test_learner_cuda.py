@@ -21,6 +21,7 @@ import torch
 from foxhunt_ray.presets import preset
 from learner import diag as D
 from learner.learner import Learner
+from tests.learner_batches import random_rollout
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -42,24 +43,7 @@ most 1.9e-4."""
 
 def _batches(n: int) -> list[dict]:
     rng = np.random.default_rng(7)
-    out = []
-    for version in range(n):
-        ends = rng.random((T_LEN, B)) < 0.02
-        valid = np.ones((T_LEN, B), bool)
-        valid[1:] = ~ends[:-1]
-        out.append(
-            {
-                "obs": rng.standard_normal((T_LEN + 1, B, OBS)).astype(np.float32),
-                "actions": rng.integers(0, N_ACTIONS, (T_LEN, B)),
-                "rewards": rng.standard_normal((T_LEN, B)).astype(np.float32),
-                "terminated": ends & valid,
-                "truncated": np.zeros((T_LEN, B), bool),
-                "behaviour_logp": np.full((T_LEN, B), -math.log(N_ACTIONS), np.float32),
-                "valid": valid,
-                "policy_version": version,
-            }
-        )
-    return out
+    return [random_rollout(rng, T_LEN, B, v, end_p=0.02, obs_dim=OBS, n_actions=N_ACTIONS) for v in range(n)]
 
 
 def _learner(precision: str) -> Learner:
