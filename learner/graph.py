@@ -38,9 +38,6 @@ import torch
 from learner.config import LearnerConfig
 from learner.replay import ReplayBuffer, Rollout
 
-HEALTHY = "__healthy__"
-"""Key of the device-side healthy flag in a diag stack (read, then removed, by the Learner)."""
-
 ROLLOUT_FIELDS = ("obs", "actions", "rewards", "terminated", "truncated", "behaviour_logp", "valid")
 MAX_SHAPES = 4
 """Rollout shapes (T, B) kept captured at once; the least recently used is dropped (each holds a memory pool)."""

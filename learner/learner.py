@@ -34,6 +34,7 @@ from learner.network import (
     MainNet,
     flatten_parameters_,
     group_slices,
+    main_net,
 )
 from learner.replay import (
     BATCH_DTYPES,
@@ -182,15 +183,7 @@ class Learner:
         # The main net is built from its own seeded stream; the caller's global RNG is left as it was.
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
-            net = MainNet(
-                obs_dim,
-                n_actions,
-                cfg.hidden_dim,
-                cfg.encoder_layers,
-                cfg.n_atoms,
-                c51_scalar_v=cfg.c51_scalar_v,
-                iqn_dueling=cfg.iqn_dueling,
-            )
+            net = main_net(cfg, obs_dim, n_actions)
         self.main = _Trainable(net.to(self.device), cfg.lr, cfg.adam_eps, cfg.grad_clip, graphed)
         self.net: MainNet = self.main.net
         self.groups = group_slices(self.net, self.net.groups)
