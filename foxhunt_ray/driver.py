@@ -359,6 +359,14 @@ def _resolve_resume(args: argparse.Namespace, sha: str) -> Plan:
             f"{run_dir} is done at update {done} (summary.json): resuming it to --steps {driver.steps} would "
             f"change nothing; pass --steps N > {done} to train it further; nothing was changed"
         )
+    killed = _ended(run_dir, "killed")
+    if killed is not None and args.resume_checkpoint is None:
+        raise UsageError(
+            f"{run_dir} was killed by rule {killed.get('rule')} at update {killed['step']} (summary.json): a resume "
+            "would train past the kill and rewrite what the run recorded; start a new run (another --out or "
+            "--fold), or pass --resume-checkpoint STEP to continue from that checkpoint on purpose; nothing was "
+            "changed"
+        )
     # The newest checkpoint the diag file reaches that this learner loads: a crash between a checkpoint and its
     # diag line leaves a checkpoint one step ahead of the file; the one before it is kept for this.
     point = resume_point(run_dir, last, config.learner, spaces.obs_dim, spaces.n_actions, chosen=args.resume_checkpoint)
@@ -387,14 +395,22 @@ def _resolve_resume(args: argparse.Namespace, sha: str) -> Plan:
     )
 
 
-def _done_at(run_dir: Path) -> int | None:
-    """The step a run ended 'done' at by its summary.json; None when it did not (or the file says nothing)."""
+def _ended(run_dir: Path, status: str) -> dict | None:
+    """The run's summary.json when it ended with `status` ('done', 'killed') at a whole step; None otherwise (or
+    when the file says nothing)."""
     try:
         summary = json.loads((run_dir / SUMMARY_FILE).read_text())
     except (OSError, ValueError):
         return None
-    step = summary.get("step") if isinstance(summary, dict) and summary.get("status") == "done" else None
-    return step if isinstance(step, int) else None
+    if isinstance(summary, dict) and summary.get("status") == status and isinstance(summary.get("step"), int):
+        return summary
+    return None
+
+
+def _done_at(run_dir: Path) -> int | None:
+    """The step a run ended 'done' at by its summary.json; None when it did not (or the file says nothing)."""
+    summary = _ended(run_dir, "done")
+    return summary["step"] if summary else None
 
 
 def write_config(plan: Plan) -> None:

@@ -373,3 +373,24 @@ def test_a_file_size_limit_in_a_real_process_ends_cleanly(tmp_path):
     assert (run_dir / "diag.jsonl").read_bytes().endswith(b"\n")
     n = len(steps(run_dir))
     assert 0 < n < 200 and json.loads((run_dir / "summary.json").read_text())["status"] == "error"
+
+
+def test_a_killed_run_is_not_resumed_past_its_kill_unless_asked(tmp_path, capsys):
+    """A run killed by a rule has finished: a resume would train past the kill and rewrite its record. It is
+    refused, naming the rule and the way to continue on purpose (--resume-checkpoint), and nothing changes."""
+    code, run_dir = run(tmp_path, "--steps", "60", "--checkpoint-every", "10", "--inject-nan-at", "25")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert code == 3 and summary["status"] == "killed" and summary["rule"] == "non_finite"
+    killed_at = summary["step"]
+    before = snapshot(run_dir)
+    capsys.readouterr()
+    assert resume(run_dir, "--steps", "60") == 1
+    err = capsys.readouterr().err
+    assert f"was killed by rule non_finite at update {killed_at}" in err and "--resume-checkpoint" in err
+    assert snapshot(run_dir) == before
+    older = min(s for s, _ in list_checkpoints(run_dir))
+    assert older < killed_at
+    # on purpose: from the checkpoint before the kill, the run trains again and meets its (injected) fault again
+    assert resume(run_dir, "--steps", "60", "--resume-checkpoint", str(older)) == 3
+    assert json.loads((run_dir / "summary.json").read_text())["step"] == killed_at
+    assert steps(run_dir) == list(range(1, killed_at + 1))
