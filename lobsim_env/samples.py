@@ -1,6 +1,7 @@
 """Where LOBSTER's sample days are: the one home of that path for the tests, the benchmarks and any user.
 
-`FOXHUNT_LOBSTER_DATA=<folder>` when set; else `../shared/data/lobster` beside the checkout (the team's layout).
+`FOXHUNT_LOBSTER_DATA=<folder>` when set; else `../shared/data/lobster` beside the checkout (the team's layout), else
+the team machines' copy in /work/shared (a clean clone elsewhere, as CI's).
 The folder holds LOBSTER's own sample zips (`LOBSTER_SampleFile_<SYMBOL>_2012-06-21_<LEVELS>.zip`) and their ReadMe.
 """
 
@@ -15,11 +16,17 @@ DATE = "2012-06-21"
 """The day of LOBSTER's free sample files."""
 
 
+TEAM_DIR = Path("/work/shared/data/lobster")
+"""The team machines' copy, for a clone that is not beside ../shared (CI's clean clone)."""
+
+
 def data_dir() -> Path:
-    """The folder of the sample zips (it may not exist: callers skip or say so)."""
+    """The folder of the sample zips: FOXHUNT_LOBSTER_DATA, else ../shared/data/lobster beside the checkout when it
+    exists, else the team machines' copy (it may not exist either: callers skip or say so)."""
     if os.environ.get(DATA_ENV):
         return Path(os.environ[DATA_ENV])
-    return Path(__file__).resolve().parents[2] / "shared" / "data" / "lobster"
+    beside = Path(__file__).resolve().parents[2] / "shared" / "data" / "lobster"
+    return beside if beside.is_dir() or not TEAM_DIR.is_dir() else TEAM_DIR
 
 
 def sample_zip(symbol: str, levels: int) -> Path:
