@@ -30,6 +30,7 @@ import json
 import signal
 import sys
 import time
+import tomllib
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -72,7 +73,12 @@ class EntryDefaults:
 def parse_args(argv: list[str] | None, prog: str, defaults: EntryDefaults | None = None) -> argparse.Namespace:
     d = defaults or EntryDefaults()
     budget = f"{d.time_limit_s:g} s when --steps is left out, else none" if d.time_limit_s else "none"
-    p = argparse.ArgumentParser(prog=prog, description="Train foxhunt_ray: rollout workers, learner, monitor.")
+    p = argparse.ArgumentParser(
+        prog=prog,
+        description="Train foxhunt_ray: rollout workers, learner, monitor.",
+        epilog=CONFIG_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--preset", choices=PRESET_NAMES, default=None, help=f"named config (default {d.preset})")
     p.add_argument(
         "--settings",
@@ -116,6 +122,17 @@ def parse_args(argv: list[str] | None, prog: str, defaults: EntryDefaults | None
         help="with --resume: accept a config.json edited since the run wrote it (the changed fields are printed)",
     )
     p.add_argument(
+        "--config",
+        default=None,
+        metavar="FILE",
+        help="RunConfig fields from a TOML or JSON file (a run's config.json too), on top of the preset; --set wins",
+    )
+    p.add_argument(
+        "--print-config",
+        action="store_true",
+        help="print the resolved config (preset, settings, sizing, --config, --set) as JSON and exit; starts nothing",
+    )
+    p.add_argument(
         "--set",
         dest="overrides",
         action="append",
@@ -151,6 +168,48 @@ class UsageError(ValueError):
     """A bad flag, config, code_sha or run folder: printed, exit 1, nothing started."""
 
 
+CONFIG_HELP = """config (--config FILE, --set section.field=value, --print-config to see the result):
+  top level  env_id, env_kwargs, seed
+  market     the synthetic market                     lobsim_env/config.py MarketConfig
+  learner    network, losses, optimiser, replay        learner/config.py LearnerConfig
+  rollout    books per worker, steps per sample, ...   actors/rollout.py RolloutConfig
+  kill       the kill rules' thresholds                actors/kill_rules.py KillConfig
+every field is documented where it is defined (its docstring) and in docs/running.md; a preset's values:
+  --preset NAME --print-config"""
+
+_CHOICES_IN_A_FILE = ("preset", "settings", "sizing")
+"""Top-level keys of a --config file that choose what it starts from, as the flags of the same names do."""
+
+
+def read_config_file(path: str) -> tuple[dict[str, str], list[str]]:
+    """(choices, overrides) of a --config file: `preset`, `settings`, `sizing` as the flags would give them, and
+    every other field as a `section.field=<json>` override. TOML (.toml) or JSON; a run's config.json (its "run"
+    entry) is accepted as is. UsageError naming the file and the fix when it cannot be read."""
+    file = Path(path)
+    try:
+        text = file.read_text()
+        doc = tomllib.loads(text) if file.suffix == ".toml" else json.loads(text)
+    except (OSError, UnicodeDecodeError, ValueError) as err:  # JSONDecodeError and TOMLDecodeError are ValueErrors
+        raise UsageError(
+            f"--config={path}: cannot read it ({type(err).__name__}: {err}); pass a TOML file (.toml) or a JSON file "
+            "of RunConfig fields, e.g. [learner] lr = 3e-3"
+        ) from None
+    if isinstance(doc, dict) and isinstance(doc.get("run"), dict):  # a run folder's config.json
+        doc = doc["run"]
+    if not isinstance(doc, dict):
+        raise UsageError(f"--config={path}: holds a {type(doc).__name__}, not a table of RunConfig fields")
+    choices = {k: doc[k] for k in _CHOICES_IN_A_FILE if doc.get(k) is not None}
+    sets = []
+    for key, value in doc.items():
+        if key in _CHOICES_IN_A_FILE:
+            continue
+        if isinstance(value, dict) and key != "env_kwargs":  # a section: one override per field
+            sets += [f"{key}.{k}={json.dumps(v)}" for k, v in value.items()]
+        else:
+            sets.append(f"{key}={json.dumps(value)}")
+    return choices, sets
+
+
 def resolve(args: argparse.Namespace) -> Plan:
     """Flags -> Plan; raises UsageError (or ConfigError) naming every bad value."""
     sha = provenance.code_sha()
@@ -167,13 +226,17 @@ def resolve(args: argparse.Namespace) -> Plan:
         raise UsageError("--resume-checkpoint and --allow-config-change go with --resume RUN_DIR")
     errs: list[str] = []
     defaults = getattr(args, "defaults", None) or EntryDefaults()
-    name = args.preset or defaults.preset
-    sizing, sizing_reason = _sizing(name, args.sizing, defaults.sizing)
+    chosen, from_file = read_config_file(args.config) if getattr(args, "config", None) else ({}, [])
+    name = args.preset or chosen.get("preset") or defaults.preset
+    if name not in PRESET_NAMES:
+        raise UsageError(f"--config={args.config}: preset={name!r} is not one of {list(PRESET_NAMES)}")
+    asked_sizing = args.sizing or chosen.get("sizing")
+    sizing, sizing_reason = _sizing(name, asked_sizing, defaults.sizing)
     try:
-        config = run_preset(name, settings=args.settings, sizing=sizing)
-    except ValueError as err:  # a sizing that does not fit the preset (smoke has its own)
-        raise UsageError(f"--sizing={args.sizing}: {err}") from None
-    sets = list(args.overrides)
+        config = run_preset(name, settings=args.settings or chosen.get("settings"), sizing=sizing)
+    except ValueError as err:  # an unknown settings or sizing, or one that does not fit the preset
+        raise UsageError(f"--sizing={asked_sizing} / --settings: {err}") from None
+    sets = [*from_file, *args.overrides]  # the file first: a --set wins
     if args.env_id is not None:
         sets.append(f"env_id={json.dumps(args.env_id)}")
     if args.seed is not None:
@@ -485,6 +548,10 @@ def main(
 def _main(args: argparse.Namespace, lock: RunLock | None, *, ray_init, hook, after) -> int:
     try:
         plan = resolve(args)
+        if getattr(args, "print_config", False):  # nothing started: no Ray, no run folder
+            doc = {"run": plan.config.to_dict(), "driver": dataclasses.asdict(plan.driver)}  # config.json's layout
+            print(json.dumps(doc, indent=2, sort_keys=True))
+            return EXIT_OK
         stamp = {
             "code_sha": plan.code_sha,
             "preset": plan.config.preset,
