@@ -381,10 +381,25 @@ def _driver_flags(args: argparse.Namespace) -> dict:
     return {n: getattr(args, n) for n in names if getattr(args, n) is not None}
 
 
+RUN_CONFIG_FLAGS = (
+    "preset",
+    "settings",
+    "sizing",
+    "config",
+    "env_id",
+    "seed",
+    "envs_per_worker",
+    "fold",
+    "inject_nan_at",
+    "baseline",
+)
+"""Flags that choose a run's config: a resume takes its config.json instead and refuses them (also --set and
+--flip-distill-sign)."""
+
+
 def _resolve_resume(args: argparse.Namespace, sha: str) -> Plan:
     run_dir = Path(args.resume)
-    config_flags = ("preset", "settings", "sizing", "env_id", "seed", "envs_per_worker", "fold", "inject_nan_at")
-    fixed = [f for f in (*config_flags, "baseline") if getattr(args, f)]
+    fixed = [f for f in RUN_CONFIG_FLAGS if getattr(args, f, None)]
     fixed += ["set"] * bool(args.overrides) + ["flip_distill_sign"] * args.flip_distill_sign
     if fixed:
         raise UsageError(
@@ -593,8 +608,7 @@ def _main(args: argparse.Namespace, lock: RunLock | None, *, ray_init, hook, aft
 def _restart_args(args: argparse.Namespace, plan: Plan, elapsed_s: float) -> argparse.Namespace:
     """The arguments of a resume of plan's run folder in this process, after its learner actor died: its own
     config.json, the same steps, what is left of the time budget (the first plan's clock started the budget)."""
-    cleared = {f: None for f in ("preset", "settings", "sizing", "env_id", "seed", "envs_per_worker", "fold")}
-    cleared.update(inject_nan_at=None, baseline=None, overrides=[], flip_distill_sign=False)
+    cleared = {f: None for f in RUN_CONFIG_FLAGS} | {"overrides": [], "flip_distill_sign": False}
     left = plan.driver.time_limit_s
     if left:
         left = max(left - elapsed_s, 1e-3)

@@ -70,3 +70,13 @@ def test_help_lists_the_config_sections_and_where_they_are_documented(capsys):
     ):
         assert section in out and home in out
     assert "--config FILE" in out and "--print-config" in out
+
+
+def test_a_resume_refuses_a_config_file(tmp_path, capsys):
+    assert driver.main([*SMOKE, "--out", str(tmp_path / "a"), "--steps", "3"]) == 0
+    (run_dir,) = (tmp_path / "a").glob("*/0")
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("[learner]\nlr = 0.001\n")
+    capsys.readouterr()
+    assert driver.main(["--resume", str(run_dir), "--serial", "--quiet", "--steps", "6", "--config", str(cfg)]) == 1
+    assert "drop ['--config']" in capsys.readouterr().err
