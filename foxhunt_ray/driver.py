@@ -45,7 +45,7 @@ from foxhunt_ray import provenance
 from foxhunt_ray.config import ConfigError, RunConfig, apply_overrides, from_dict, market_reward_scale
 from foxhunt_ray.loops import Hook, LearnerLost, Progress, run_ray, run_serial
 from foxhunt_ray.plan import DriverConfig, Plan
-from foxhunt_ray.presets import PRESET_NAMES, SETTINGS, SIZINGS, run_preset
+from foxhunt_ray.presets import PRESET_NAMES, SETTINGS, SIZING_NAMES, SIZINGS, run_preset
 from foxhunt_ray.run_folder import RunLock, accept_config_change, config_changes, record_config, resume_point
 from lobsim_env import ENV_ID
 
@@ -227,15 +227,16 @@ def resolve(args: argparse.Namespace) -> Plan:
     errs: list[str] = []
     defaults = getattr(args, "defaults", None) or EntryDefaults()
     chosen, from_file = read_config_file(args.config) if getattr(args, "config", None) else ({}, [])
+    for key, valid in (("preset", PRESET_NAMES), ("settings", tuple(SETTINGS)), ("sizing", (*SIZING_NAMES, "auto"))):
+        if key in chosen and chosen[key] not in valid:  # the flags' own choices are checked by argparse
+            raise UsageError(f"--config={args.config}: {key}={chosen[key]!r} is not one of {list(valid)}")
     name = args.preset or chosen.get("preset") or defaults.preset
-    if name not in PRESET_NAMES:
-        raise UsageError(f"--config={args.config}: preset={name!r} is not one of {list(PRESET_NAMES)}")
     asked_sizing = args.sizing or chosen.get("sizing")
     sizing, sizing_reason = _sizing(name, asked_sizing, defaults.sizing)
     try:
         config = run_preset(name, settings=args.settings or chosen.get("settings"), sizing=sizing)
-    except ValueError as err:  # an unknown settings or sizing, or one that does not fit the preset
-        raise UsageError(f"--sizing={asked_sizing} / --settings: {err}") from None
+    except ValueError as err:  # a sizing that does not fit the preset (smoke has its own)
+        raise UsageError(f"--sizing={asked_sizing}: {err}") from None
     sets = [*from_file, *args.overrides]  # the file first: a --set wins
     if args.env_id is not None:
         sets.append(f"env_id={json.dumps(args.env_id)}")

@@ -80,3 +80,15 @@ def test_a_resume_refuses_a_config_file(tmp_path, capsys):
     capsys.readouterr()
     assert driver.main(["--resume", str(run_dir), "--serial", "--quiet", "--steps", "6", "--config", str(cfg)]) == 1
     assert "drop ['--config']" in capsys.readouterr().err
+
+
+def test_a_files_preset_settings_and_sizing_choose_the_start_and_are_checked(tmp_path, capsys):
+    cfg = tmp_path / "c.json"
+    cfg.write_text(json.dumps({"preset": "phase4_3", "settings": "seed", "sizing": "cpu"}))
+    code = driver.main(["--out", str(tmp_path / "runs"), "--serial", "--config", str(cfg), "--print-config"])
+    run = json.loads(capsys.readouterr().out)["run"]
+    assert code == 0 and (run["preset"], run["settings"], run["sizing"]) == ("phase4_3", "seed", "cpu")
+    assert run["learner"]["lr"] == 2.5e-4 and run["learner"]["hidden_dim"] == 128
+    cfg.write_text(json.dumps({"settings": "fast"}))
+    code = driver.main(["--out", str(tmp_path / "runs"), "--serial", "--config", str(cfg), "--print-config"])
+    assert code == 1 and "settings='fast' is not one of ['learn', 'seed']" in capsys.readouterr().err
