@@ -172,8 +172,7 @@ class ReplayBuffer:
         idx = (self.cursor + torch.arange(n, device=self.device)) % self.capacity
         for k in self.KEYS:
             self.data[k][idx] = tr[k]
-        self.cursor = (self.cursor + n) % self.capacity
-        self.size = min(self.size + n, self.capacity)
+        self._advance(n)
 
     def add_rows(self, r: Rollout, returns: tuple[torch.Tensor, ...], flat_idx: torch.Tensor) -> None:
         """`add(gather_transitions(r, returns, flat_idx))` without the gathered copies: the steps at flat indices
@@ -183,6 +182,10 @@ class ReplayBuffer:
         if n > self.capacity:  # more than fits: only the newest `capacity` survive anyway
             flat_idx, n = flat_idx[-self.capacity :], self.capacity
         ops.replay_write_(self.data, r.obs, r.actions, returns, flat_idx, self.cursor)
+        self._advance(n)
+
+    def _advance(self, n: int) -> None:
+        """The ring after n rows were written at the cursor."""
         self.cursor = (self.cursor + n) % self.capacity
         self.size = min(self.size + n, self.capacity)
 

@@ -162,6 +162,15 @@ def _check(name: str, t: Tensor, shape: tuple, like: Tensor | None = None, float
             raise ValueError(f"{name} is on {t.device} but the other inputs are on {like.device}; move it")
 
 
+def _check_mask(name: str, mask: Tensor, like: Tensor, like_name: str) -> None:
+    """A bool mask of like's shape, on like's device (gae, nstep_returns)."""
+    _check(name, mask, tuple(like.shape), floating=False)
+    if mask.dtype != torch.bool:
+        raise TypeError(f"{name} has dtype {mask.dtype}; pass a bool mask")
+    if mask.device != like.device:
+        raise ValueError(f"{name} is on {mask.device} but {like_name} are on {like.device}; move it")
+
+
 def dueling_forward(
     h: Tensor, w_v: Tensor, b_v: Tensor, w_a: Tensor, b_a: Tensor
 ) -> tuple[Tensor, Tensor, Tensor]:
@@ -285,11 +294,7 @@ def gae(
     _check("rewards", rewards, tuple(values.shape), values)
     _check("next_values", next_values, tuple(values.shape), values)
     for name, mask in (("terminated", terminated), ("episode_end", episode_end)):
-        _check(name, mask, tuple(values.shape), floating=False)
-        if mask.dtype != torch.bool:
-            raise TypeError(f"{name} has dtype {mask.dtype}; pass a bool mask")
-        if mask.device != values.device:
-            raise ValueError(f"{name} is on {mask.device} but values are on {values.device}; move it")
+        _check_mask(name, mask, values, "values")
     if not (0.0 <= gamma <= 1.0 and 0.0 <= lam <= 1.0):
         raise ValueError(f"gamma={gamma!r} and lam={lam!r} must both be in [0, 1]")
     if _use_kernels(values):
@@ -299,12 +304,6 @@ def gae(
     return reference.gae(rewards, values, next_values, terminated, episode_end, gamma, lam)
 
 
-def _check_mask(name: str, mask: Tensor, like: Tensor) -> None:
-    _check(name, mask, tuple(like.shape), floating=False)
-    if mask.dtype != torch.bool:
-        raise TypeError(f"{name} has dtype {mask.dtype}; pass a bool mask")
-    if mask.device != like.device:
-        raise ValueError(f"{name} is on {mask.device} but the rewards are on {like.device}; move it")
 
 
 def nstep_returns(
@@ -313,7 +312,7 @@ def nstep_returns(
     """(ret, discount, next_row), each [T, B], of every step of a [T, B] rollout (learner.replay.nstep_returns)."""
     _check("rewards", rewards, (None, None))
     for name, mask in (("valid", valid), ("terminated", terminated), ("truncated", truncated)):
-        _check_mask(name, mask, rewards)
+        _check_mask(name, mask, rewards, "the rewards")
     if not 0.0 <= gamma <= 1.0:
         raise ValueError(f"gamma={gamma!r} must be in [0, 1]")
     if not (isinstance(n, int) and 1 <= n <= 1024):
