@@ -61,9 +61,11 @@ class EntryDefaults:
     preset: str = "plan_a_v2"
     """--preset left out."""
     sizing: str = "gpu"
-    """--sizing left out: 'gpu', 'cpu', or 'auto' (cpu when torch sees no CUDA device, else gpu)."""
+    """--sizing left out: 'gpu', 'gpu_host', 'cpu', or 'auto' (cpu when torch sees no CUDA device, else gpu_host)."""
     rollout_workers: int = 2
     """--rollout-workers left out."""
+    max_payloads_waiting: int | None = None
+    """--max-payloads-waiting left out (None: DriverConfig's)."""
     steps: int = 200
     """--steps left out."""
     time_limit_s: float = 0.0
@@ -91,8 +93,9 @@ def parse_args(argv: list[str] | None, prog: str, defaults: EntryDefaults | None
         "--sizing",
         choices=("auto", *SIZINGS),
         default=None,
-        help="widths and batch shapes: gpu (H 512, the presets' production size) or cpu (H 128, what a 2-core CPU "
-        f"trains); auto: cpu when torch sees no CUDA device, else gpu (default {d.sizing})",
+        help="widths and batch shapes: gpu (H 512, the presets' production size, 16 books a worker), gpu_host (H 512, "
+        "4,096 books a worker, learner steps of 256: one GPU host) or cpu (H 128, what a 2-core CPU trains); auto: "
+        f"cpu when torch sees no CUDA device, else gpu_host (default {d.sizing})",
     )
     p.add_argument(
         "--env-id",
@@ -147,7 +150,8 @@ def parse_args(argv: list[str] | None, prog: str, defaults: EntryDefaults | None
         "--checkpoint-interval-s", type=float, default=None, metavar="S", help="...and seconds at least (60; 0: none)"
     )
     p.add_argument(
-        "--max-payloads-waiting", type=int, default=None, help="rollout payloads waiting for the learner, at most (4)"
+        "--max-payloads-waiting", type=int, default=None, help="rollout payloads waiting for the learner, at most "
+        f"(default {d.max_payloads_waiting or DriverConfig.max_payloads_waiting})"
     )
     p.add_argument(
         "--time-limit-s",
@@ -259,6 +263,8 @@ def resolve(args: argparse.Namespace) -> Plan:
     flags = _driver_flags(args)
     flags.setdefault("steps", defaults.steps)
     flags.setdefault("rollout_workers", defaults.rollout_workers)
+    if defaults.max_payloads_waiting is not None:
+        flags.setdefault("max_payloads_waiting", defaults.max_payloads_waiting)
     if args.steps is None:
         flags.setdefault("time_limit_s", defaults.time_limit_s)
     driver = DriverConfig(**flags)
@@ -328,8 +334,8 @@ def _sizing(preset: str, asked: str | None, default: str) -> tuple[str | None, s
     import torch
 
     if torch.cuda.is_available():
-        return "gpu", "torch sees a CUDA device; --sizing cpu for a 2-core CPU's"
-    return "cpu", "torch sees no CUDA device; --sizing gpu for the presets' production size"
+        return "gpu_host", "torch sees a CUDA device; --sizing cpu for a 2-core CPU's"
+    return "cpu", "torch sees no CUDA device; --sizing gpu_host for a GPU host's"
 
 
 def describe(plan: Plan) -> str:

@@ -1,9 +1,10 @@
 """`python -m foxhunt_ray.local`: train on this machine, Ray in-process (or `--serial`: no Ray at all).
 
 The defaults (LOCAL_DEFAULTS): preset phase4_3 with its own settings ('learn') on the synthetic market, 240 s of
-training, sized for this machine (sizing 'cpu' when torch sees no CUDA device, else 'gpu': foxhunt_ray.presets),
-one rollout worker; with the evaluation under 5 minutes on a 2-core CPU (BENCHMARKS.md, "The main job on a 2-core
-box (issue 13)" has what it reaches). Flags: foxhunt_ray.driver (`--help`); docs/running.md walks through a run,
+training, sized for this machine (sizing 'cpu' when torch sees no CUDA device, else 'gpu_host':
+foxhunt_ray.presets), one rollout worker (on a GPU host, one per core but four: `host_defaults`); with the
+evaluation under 5 minutes on a 2-core CPU (BENCHMARKS.md, "The main job on a 2-core box (issue 13)" has what it
+reaches). Flags: foxhunt_ray.driver (`--help`); docs/running.md walks through a run,
 its folder, resume and the exit codes. After a run that ended done or killed, its newest checkpoint plays the
 fold's held-out episodes beside the baselines (foxhunt_ray.evaluate, `--eval-episodes N`, default 64; `--no-eval`
 skips it) and the last line is `heldout_pnl_usd=<x> oracle_pnl_usd=<y> fraction_of_oracle=<z>`.
@@ -16,6 +17,7 @@ scored on the very same seeded episodes, which a trained agent is measured again
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import os
 import sys
@@ -27,12 +29,34 @@ from foxhunt_ray.config import ConfigError, RunConfig, apply_overrides
 LOCAL_DEFAULTS = driver.EntryDefaults(
     preset="phase4_3", sizing="auto", steps=1_000_000, time_limit_s=240.0, rollout_workers=1
 )
-"""What `python -m foxhunt_ray.local` does with no flags, chosen by measurement (BENCHMARKS.md, "The main job on a
-2-core box (issue 13)": 0.62-0.70 of the oracle on seeds 0-2 in 254 s): phase4_3 (the seed's last design; in the
-sweep it was ahead of plan_a_v2 at 5,000 updates), one rollout worker (what every box measurement ran; on 2 cores a
-second one would compete with the learner: not measured side by side), and a time budget rather than a step count
-(a 2-core CPU makes about 25 updates a second at the cpu sizes, a GPU host hundreds): 240 s of training, then the
-held-out evaluation, within 5 minutes on a 2-core box. `--steps N` alone runs N updates with no budget."""
+"""What `python -m foxhunt_ray.local` does with no flags on a machine without a GPU, chosen by measurement
+(BENCHMARKS.md, "The main job on a 2-core box (issue 13)": 0.62-0.70 of the oracle on seeds 0-2 in 254 s):
+phase4_3 (the seed's last design; in the sweep it was ahead of plan_a_v2 at 5,000 updates), one rollout worker
+(what every box measurement ran; on 2 cores a second one would compete with the learner: not measured side by
+side), and a time budget rather than a step count (a 2-core CPU makes about 25 updates a second at the cpu sizes,
+a GPU host hundreds): 240 s of training, then the held-out evaluation, within 5 minutes on a 2-core box.
+`--steps N` alone runs N updates with no budget. On a GPU host: `host_defaults`."""
+
+GPU_HOST_FREE_CORES = 4
+"""Cores a GPU host keeps for the driver, the learner's host thread, the monitor and Ray's own processes."""
+
+GPU_HOST_PAYLOADS_WAITING = 3
+"""Payloads a GPU host's rollout workers may have waiting for the learner: with 12 workers of 4,096 books x 64
+steps (16 learner steps a payload) the policy lag stays 20-190 updates, against 170-330 with 12 waiting, and the
+agent learned more in the same time (BENCHMARKS.md, "Minutes to the oracle on a GPU host")."""
+
+
+def host_defaults(cuda: bool, cores: int, serial: bool) -> driver.EntryDefaults:
+    """LOCAL_DEFAULTS for this machine. With a CUDA device (and not --serial), the system of one GPU host: sizing
+    auto gives 'gpu_host', one rollout worker per core but GPU_HOST_FREE_CORES (12 on 16 cores), and
+    GPU_HOST_PAYLOADS_WAITING payloads waiting at most."""
+    if not cuda or serial:
+        return LOCAL_DEFAULTS
+    return dataclasses.replace(
+        LOCAL_DEFAULTS,
+        rollout_workers=max(1, cores - GPU_HOST_FREE_CORES),
+        max_payloads_waiting=GPU_HOST_PAYLOADS_WAITING,
+    )
 
 
 LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
@@ -74,7 +98,10 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     after = None if mine.no_eval else functools.partial(evaluate_and_suggest, episodes=mine.eval_episodes)
     prog = "python -m foxhunt_ray.local"
-    return driver.main(rest, prog=prog, ray_init=_ray_init, after=after, defaults=LOCAL_DEFAULTS)
+    import torch
+
+    defaults = host_defaults(torch.cuda.is_available(), os.cpu_count() or 1, serial="--serial" in rest)
+    return driver.main(rest, prog=prog, ray_init=_ray_init, after=after, defaults=defaults)
 
 
 NEXT_COMMANDS = """next:

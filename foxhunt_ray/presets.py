@@ -11,9 +11,11 @@ A run's config is three named choices, each recorded in config.json (`preset`, `
   "Learning quality"), and reward_scale 'auto', derived from the market's units
   (foxhunt_ray.config.market_reward_scale). 'seed' is the seed's own values (lr 2.5e-4, reward_scale 1), for
   anyone reproducing it: in the sweep they barely moved in 13,500 updates.
-- the sizing (SIZINGS): widths and batch shapes. 'gpu' is the presets' production size (H = 512, the seed's,
-  what a GPU host trains); 'cpu' the sizes a 2-core CPU updates about 25 times a second (H = 128, the sweep's).
-  `python -m foxhunt_ray.local` picks 'cpu' when torch sees no CUDA device (`--sizing` chooses).
+- the sizing (SIZINGS): widths and batch shapes. 'gpu' is the presets' production size, the seed's (H = 512,
+  16 books a rollout worker: the shape of its cluster of many small workers); 'gpu_host' the same network fed the
+  way one GPU host keeps its GPU busy (4,096 books a worker, the learner stepping 256 of them at a time); 'cpu'
+  the sizes a 2-core CPU updates about 25 times a second (H = 128, the sweep's). `python -m foxhunt_ray.local`
+  picks 'gpu_host' when torch sees a CUDA device and 'cpu' when not (`--sizing` chooses).
 
 The settings and the sizing touch the same fields of every preset, so the pairs above still differ in their
 switch alone under any of them. `smoke` is the tests' preset: its own tiny sizes (sizing 'smoke') and the seed's
@@ -43,6 +45,20 @@ SIZINGS: dict[str, dict[str, dict[str, Any]]] = {
     "gpu": {
         "learner": {"hidden_dim": 512, "q_batch_size": 1024, "iqn_taus": 32, "iqn_target_taus": 32},
         "rollout": {"num_envs": 16, "steps_per_sample": 64},
+    },
+    # one GPU host (16 cores, 12 rollout workers): the network of 'gpu'; a worker samples 4,096 books x 64 steps
+    # with the policy on the GPU, and the learner steps 256 books (16,384 transitions) at a time: about 2.2M env
+    # steps/s and 0.83-0.87 of the oracle after 150 s of training on an H200 (BENCHMARKS.md, "Minutes to the
+    # oracle on a GPU host")
+    "gpu_host": {
+        "learner": {
+            "hidden_dim": 512,
+            "q_batch_size": 1024,
+            "iqn_taus": 32,
+            "iqn_target_taus": 32,
+            "minibatch_envs": 256,
+        },
+        "rollout": {"num_envs": 4096, "steps_per_sample": 64},
     },
     # what a 2-core CPU trains at about 25 updates a second: one update's rollout is 64 books x 16 steps
     "cpu": {

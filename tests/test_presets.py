@@ -1,5 +1,6 @@
 """Presets that learn with their own defaults (issue 13): the reward scale from the market's units, the named
-settings groups ('learn', 'seed') and sizings ('gpu', 'cpu'), which of them a run gets and where it is recorded."""
+settings groups ('learn', 'seed') and sizings ('gpu', 'gpu_host', 'cpu'), which of them a run gets and where it is
+recorded."""
 
 from __future__ import annotations
 
@@ -89,6 +90,14 @@ def test_seed_settings_and_gpu_sizing_reproduce_the_seeds_values():
         assert (cfg.learner.lr, cfg.learner.reward_scale, cfg.learner.q_batch_size) == (2.5e-4, 1.0, 1024)
 
 
+def test_gpu_host_sizing_is_gpus_network_fed_by_wide_workers_in_learner_steps_of_256_books():
+    """What reached 0.83-0.87 of the oracle in 150 s on an H200 (BENCHMARKS.md, "Minutes to the oracle")."""
+    host, gpu = run_preset("phase4_3", sizing="gpu_host").validate(), run_preset("phase4_3", sizing="gpu").validate()
+    assert dataclasses.replace(host.learner, minibatch_envs=0) == gpu.learner and host.learner.minibatch_envs == 256
+    assert (host.rollout.num_envs, host.rollout.steps_per_sample) == (4096, 64) and host.sizing == "gpu_host"
+    assert host.rollout.num_envs % host.learner.minibatch_envs == 0  # every payload splits into whole steps
+
+
 def test_cpu_sizing_is_the_sweeps_sizes():
     cfg = run_preset("phase4_3", sizing="cpu").validate()
     lrn = cfg.learner
@@ -116,7 +125,7 @@ def test_smoke_keeps_its_own_sizes_and_unknown_names_are_refused():
         run_preset("smoke", sizing="cpu")
     with pytest.raises(ValueError, match=r"unknown settings 'fast'; valid settings: \['learn', 'seed'\]"):
         run_preset("plan_a_v2", settings="fast")
-    with pytest.raises(ValueError, match=r"unknown sizing 'tpu'; valid sizings: \['gpu', 'cpu', 'smoke'\]"):
+    with pytest.raises(ValueError, match=r"unknown sizing 'tpu'; valid sizings: \['gpu', 'gpu_host', 'cpu', 'smoke'\]"):
         run_preset("plan_a_v2", sizing="tpu")
 
 
@@ -149,11 +158,31 @@ def test_local_picks_the_cpu_sizing_without_cuda_and_records_it(tmp_path, monkey
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     plan = _plan(["--fold", "1"], tmp_path)
-    assert (plan.config.sizing, plan.config.learner.hidden_dim) == ("gpu", 512)
+    assert (plan.config.sizing, plan.config.learner.hidden_dim) == ("gpu_host", 512)
+    assert "torch sees a CUDA device" in plan.sizing_reason
     plan = _plan(["--fold", "2", "--sizing", "cpu", "--settings", "seed", "--steps", "50"], tmp_path)
     assert (plan.config.sizing, plan.config.settings, plan.config.learner.lr) == ("cpu", "seed", 2.5e-4)
     assert (plan.driver.steps, plan.driver.time_limit_s) == (50, 0.0)  # steps given: no budget unless asked
     assert "budget update 50 (no time limit)" in driver.describe(plan)
+
+
+def test_local_on_a_gpu_host_runs_the_host_system_and_on_a_cpu_one_worker(tmp_path, monkeypatch):
+    import torch
+
+    from foxhunt_ray.local import host_defaults
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    plan = _plan([], tmp_path, defaults=host_defaults(cuda=True, cores=16, serial=False))
+    assert (plan.config.sizing, plan.driver.rollout_workers, plan.driver.max_payloads_waiting) == ("gpu_host", 12, 3)
+    assert (plan.config.rollout.num_envs, plan.config.learner.minibatch_envs) == (4096, 256)
+    flags = ["--fold", "1", "--rollout-workers", "3", "--max-payloads-waiting", "5"]  # flags still win
+    plan = _plan(flags, tmp_path, defaults=host_defaults(cuda=True, cores=16, serial=False))
+    assert (plan.driver.rollout_workers, plan.driver.max_payloads_waiting) == (3, 5)
+    assert host_defaults(cuda=True, cores=4, serial=False).rollout_workers == 1
+    assert host_defaults(cuda=True, cores=16, serial=True) == LOCAL_DEFAULTS  # serial: one worker in this process
+    assert host_defaults(cuda=False, cores=16, serial=False) == LOCAL_DEFAULTS
+    assert LOCAL_DEFAULTS.max_payloads_waiting is None  # on a CPU: DriverConfig's own
+    assert _plan(["--fold", "2"], tmp_path).driver.max_payloads_waiting == 4
 
 
 def test_job_keeps_the_presets_production_size_and_200_updates(tmp_path):
