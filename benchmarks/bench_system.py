@@ -51,7 +51,7 @@ from foxhunt_ray import driver  # noqa: E402
 from foxhunt_ray.presets import run_preset  # noqa: E402
 from learner.learner import Learner  # noqa: E402
 from lobsim_env import N_ACTIONS  # noqa: E402
-from lobsim_env.core import obs_size  # noqa: E402
+from lobsim_env.market import obs_size  # noqa: E402
 
 LEARNER_ROWS = (
     ("idle_s", "idle between calls (waiting for payloads or the driver)"),

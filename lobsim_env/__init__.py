@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import gymnasium as gym
 
-from lobsim_env.agent import N_ACTIONS, Action
 from lobsim_env.baselines import POLICIES, evaluate_policy
 from lobsim_env.config import MarketConfig, MarketConfigError, SyntheticConfig
-from lobsim_env.core import obs_index, obs_size
 from lobsim_env.env import INFO_KEYS, LobEnv, LobVectorEnv, make_market
 from lobsim_env.folds import DaySpec, Fold, lobster_days, synthetic_days, walk_forward
+from lobsim_env.market import N_ACTIONS, Action, Market, obs_index, obs_size
 
 ENV_ID = "foxhunt/LOB-v0"
 
@@ -34,6 +33,7 @@ __all__ = [
     "Fold",
     "LobEnv",
     "LobVectorEnv",
+    "Market",
     "MarketConfig",
     "MarketConfigError",
     "SyntheticConfig",

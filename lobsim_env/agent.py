@@ -1,40 +1,13 @@
-"""The agent's action set and how an action becomes orders in the books (vectorised over B).
-
-Exposure rule (the position limit L): for every book, position + resting bid size <= L and
-position - resting ask size >= -L at all times. Market orders and joins are clipped to what the rule allows
-and ignored when that is zero; passive fills then can never breach L. Self-trade prevention: a market buy
-first cancels the agent's resting ask, a market sell its resting bid.
+"""How an action becomes orders in the batched books (vectorised over B), keeping the exposure rule and
+self-trade prevention of `lobsim_env.market` (the action set).
 """
 
 from __future__ import annotations
 
-from enum import IntEnum
-
 import numpy as np
 
 from lobsim_env import book as bk
-
-
-class Action(IntEnum):
-    """The discrete actions (docs/market.md)."""
-
-    HOLD = 0
-    """Do nothing; resting orders stay."""
-    MARKET_BUY = 1
-    """Buy order_size contracts at market (walks the asks; taker fee)."""
-    MARKET_SELL = 2
-    """Sell order_size contracts at market (walks the bids; taker fee)."""
-    JOIN_BID = 3
-    """Rest a bid of order_size at the best bid, behind the queue; kept (with its queue place) if there."""
-    JOIN_ASK = 4
-    """Rest an ask of order_size at the best ask; kept if already there."""
-    CANCEL = 5
-    """Cancel both resting orders."""
-    FLATTEN = 6
-    """Cancel both resting orders and close the whole position at market."""
-
-
-N_ACTIONS = len(Action)
+from lobsim_env.market import Action
 
 
 def apply_actions(

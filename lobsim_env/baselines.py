@@ -20,10 +20,10 @@ from typing import Any
 
 import numpy as np
 
-from lobsim_env.agent import N_ACTIONS, Action
 from lobsim_env.config import MarketConfig
-from lobsim_env.core import SyntheticMarket, obs_index
+from lobsim_env.core import SyntheticMarket
 from lobsim_env.env import LobVectorEnv
+from lobsim_env.market import N_ACTIONS, Action, obs_index
 
 Policy = Callable[[np.ndarray, LobVectorEnv, np.random.Generator], np.ndarray]
 

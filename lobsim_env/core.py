@@ -1,7 +1,8 @@
 """THE step function of the synthetic market, shared by the single env and the native vector env.
 
-State is a `MarketState` over B books; `reset_rows` opens some of them from per-book keys, `step` advances all
-of them by one env step, `observe` builds the float32 observation. One env step, per book:
+`SyntheticMarket` implements `lobsim_env.market.Market`. State is a `SyntheticState` over B books; `reset_rows`
+opens some of them from per-book keys, `step` advances all of them by one env step, `observe` builds the float32
+observation. One env step, per book:
 
   1. the latent regime takes one Markov step;
   2. `events_per_step` market events are drawn and applied in order; the agent's action is applied just
@@ -20,38 +21,12 @@ import numpy as np
 from lobsim_env import book as bk
 from lobsim_env.agent import apply_actions
 from lobsim_env.config import MarketConfig
+from lobsim_env.market import OBS_FIXED, StepResult
 from lobsim_env.synthetic import SyntheticFlow, hash_draws
-
-OBS_FIXED = 12
-"""Observation entries besides the 4 * obs_levels book entries (see `observe`)."""
-
-
-def obs_size(cfg: MarketConfig) -> int:
-    return 4 * cfg.obs_levels + OBS_FIXED
-
-
-def obs_index(cfg: MarketConfig) -> dict[str, int]:
-    """Column of each scalar observation entry (the book ladders take the first 4 * obs_levels columns)."""
-    o = 4 * cfg.obs_levels
-    names = (
-        "spread",
-        "imbalance",
-        "flow",
-        "flow_slow",
-        "position",
-        "own_bid_offset",
-        "own_bid_size",
-        "own_bid_ahead",
-        "own_ask_offset",
-        "own_ask_size",
-        "own_ask_ahead",
-        "time_left",
-    )
-    return {n: o + i for i, n in enumerate(names)}
 
 
 @dataclass(kw_only=True, slots=True)
-class MarketState:
+class SyntheticState:
     """Everything that evolves in B synthetic markets."""
 
     book: bk.BookState
@@ -75,7 +50,7 @@ class MarketState:
     """[B] float64 marked equity after the last step, net of fees (the cumulative pnl_usd)."""
 
     @classmethod
-    def empty(cls, n_books: int, cfg: MarketConfig) -> MarketState:
+    def empty(cls, n_books: int, cfg: MarketConfig) -> SyntheticState:
         z = np.zeros(n_books, np.int64)
         return cls(
             book=bk.BookState.empty(n_books, cfg.synthetic.window_ticks),
@@ -91,20 +66,8 @@ class MarketState:
         )
 
 
-@dataclass(kw_only=True, slots=True)
-class StepResult:
-    reward: np.ndarray
-    """[B] float64 change of equity in USD."""
-    fills: np.ndarray
-    """[B] int64 signed contracts filled this step (passive and taker)."""
-    fees_usd: np.ndarray
-    """[B] float64 fees paid this step."""
-    truncated: np.ndarray
-    """[B] bool: the episode reached its horizon."""
-
-
 class SyntheticMarket:
-    """The step function over a MarketState for one config; holds only precomputed tables."""
+    """The step function over a SyntheticState for one config; holds only precomputed tables."""
 
     def __init__(self, cfg: MarketConfig):
         self.cfg = cfg.validate()
@@ -114,14 +77,14 @@ class SyntheticMarket:
         self._usd_per_half_tick = cfg.usd_per_tick / 2
         self._draw_buf: np.ndarray | None = None
 
-    def new_state(self, n_books: int) -> MarketState:
-        return MarketState.empty(n_books, self.cfg)
+    def new_state(self, n_books: int) -> SyntheticState:
+        return SyntheticState.empty(n_books, self.cfg)
 
-    def latent_regime(self, state: MarketState) -> np.ndarray:
+    def latent_regime(self, state: SyntheticState) -> np.ndarray:
         """[B] the hidden regime in {-1, 0, +1} that drives the flow (for the oracle; never observed)."""
         return state.regime.copy()
 
-    def reset_rows(self, state: MarketState, rows: np.ndarray, keys: np.ndarray) -> None:
+    def reset_rows(self, state: SyntheticState, rows: np.ndarray, keys: np.ndarray) -> None:
         """Opens a fresh episode in `rows` with per-book keys [len(rows)] uint64."""
         s = self.cfg.synthetic
         bk.open_books(state.book, rows, np.full(rows.shape[0], s.start_tick), s.base_depth)
@@ -138,7 +101,7 @@ class SyntheticMarket:
         ):
             a[rows] = 0
 
-    def step(self, state: MarketState, actions: np.ndarray) -> StepResult:
+    def step(self, state: SyntheticState, actions: np.ndarray) -> StepResult:
         cfg = self.cfg
         book = state.book
         E = cfg.events_per_step
@@ -169,7 +132,7 @@ class SyntheticMarket:
         state.equity_usd = equity
         return StepResult(reward=reward, fills=taker_qty + passive_qty, fees_usd=fees, truncated=state.t >= cfg.horizon)
 
-    def _act(self, state: MarketState, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _act(self, state: SyntheticState, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         # Passive fills earlier in this step count towards the position limit already.
         b = state.book
         position = state.position + b.own_filled[:, bk.BID] - b.own_filled[:, bk.ASK]
@@ -186,16 +149,16 @@ class SyntheticMarket:
             self._draw_buf = np.empty((n, B), np.uint64)
         return self._draw_buf
 
-    def mid2(self, state: MarketState) -> np.ndarray:
+    def mid2(self, state: SyntheticState) -> np.ndarray:
         """Mid in absolute half ticks (best bid + best ask), an exact integer."""
         b = state.book
         return 2 * b.base + b.best[:, bk.BID] + b.best[:, bk.ASK]
 
-    def equity_usd(self, state: MarketState) -> np.ndarray:
+    def equity_usd(self, state: SyntheticState) -> np.ndarray:
         half_ticks = 2 * state.cash_ticks + state.position * self.mid2(state)
         return half_ticks * self._usd_per_half_tick - state.fees_usd
 
-    def observe(self, state: MarketState) -> np.ndarray:
+    def observe(self, state: SyntheticState) -> np.ndarray:
         """float32 [B, 4L + 12]; layout in docs/market.md:
 
         [bid price offsets from mid (ticks) x L, bid sizes x L, ask offsets x L, ask sizes x L,

@@ -20,9 +20,9 @@ import numpy as np
 from gymnasium.utils import seeding
 from gymnasium.vector import AutoresetMode
 
-from lobsim_env.agent import N_ACTIONS
 from lobsim_env.config import MarketConfig
-from lobsim_env.core import SyntheticMarket, obs_size
+from lobsim_env.core import SyntheticMarket
+from lobsim_env.market import N_ACTIONS, obs_size
 
 INFO_KEYS = ("pnl_usd", "position", "fills", "fees_usd", "equity_usd")
 

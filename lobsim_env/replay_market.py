@@ -24,10 +24,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lobsim_env.agent import Action
 from lobsim_env.config import MarketConfig
-from lobsim_env.core import OBS_FIXED, StepResult
 from lobsim_env.lobster import TICK, LobsterDay, load_day
+from lobsim_env.market import OBS_FIXED, Action, StepResult
 
 
 def lobster_config(path: str, **overrides) -> MarketConfig:
@@ -90,7 +89,7 @@ class ReplayState:
 
 
 class ReplayMarket:
-    """Same interface as core.SyntheticMarket (new_state, reset_rows, step, observe) over a LOBSTER day."""
+    """`lobsim_env.market.Market` over a LOBSTER day."""
 
     def __init__(self, cfg: MarketConfig, day: LobsterDay | None = None):
         self.cfg = cfg.validate()

@@ -59,7 +59,7 @@ def hash_draws(key: np.ndarray, counter: np.ndarray, n: int, *, out: np.ndarray 
 
 
 class SyntheticFlow:
-    """Precomputed tables for the flow of one config; stateless across books (state lives in MarketState)."""
+    """Precomputed tables for the flow of one config; stateless across books (state lives in SyntheticState)."""
 
     def __init__(self, cfg: SyntheticConfig):
         self.cfg = cfg

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import inspect
 
 import gymnasium as gym
 import numpy as np
@@ -14,13 +15,25 @@ from hypothesis import strategies as st
 
 import lobsim_env
 from lobsim_env import Action, LobEnv, LobVectorEnv, MarketConfig, MarketConfigError, SyntheticConfig
-from lobsim_env.core import SyntheticMarket, obs_index
+from lobsim_env.core import SyntheticMarket
+from lobsim_env.market import Market, obs_index
+from lobsim_env.replay_market import ReplayMarket
 
 CFG = MarketConfig(horizon=40)
 
 
 def test_check_env_passes():
     check_env(LobEnv(CFG), skip_render_check=True)
+
+
+@pytest.mark.parametrize("cls", [SyntheticMarket, ReplayMarket])
+def test_both_markets_implement_the_market_protocol(cls):
+    methods = [n for n, v in vars(Market).items() if inspect.isfunction(v) and not n.startswith("_")]
+    assert sorted(methods) == ["latent_regime", "new_state", "observe", "reset_rows", "step"]
+    for name in methods:
+        want = list(inspect.signature(getattr(Market, name)).parameters)
+        assert list(inspect.signature(getattr(cls, name)).parameters) == want, (cls.__name__, name)
+    assert isinstance(SyntheticMarket(CFG), Market)
 
 
 def test_registered_make_and_make_vec():

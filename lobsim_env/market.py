@@ -1,0 +1,127 @@
+"""What a market is to the envs: the action set, the observation layout, one step's result, and `Market`.
+
+Two markets implement `Market`: the synthetic one (`core.SyntheticMarket`: a batched book and a seeded order
+flow) and a replayed LOBSTER day (`replay_market.ReplayMarket`). The Gymnasium envs drive either through this
+interface alone; semantics in docs/market.md.
+
+Exposure rule (the position limit L), which both markets keep: for every book, position + resting bid size <= L
+and position - resting ask size >= -L at all times. Market orders and joins are clipped to what the rule allows
+and ignored when that is zero; passive fills then can never breach L. Self-trade prevention: a market buy first
+cancels the agent's resting ask, a market sell its resting bid.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Protocol, TypeVar, runtime_checkable
+
+import numpy as np
+
+from lobsim_env.config import MarketConfig
+
+
+class Action(IntEnum):
+    """The discrete actions (docs/market.md)."""
+
+    HOLD = 0
+    """Do nothing; resting orders stay."""
+    MARKET_BUY = 1
+    """Buy order_size contracts at market (walks the asks; taker fee)."""
+    MARKET_SELL = 2
+    """Sell order_size contracts at market (walks the bids; taker fee)."""
+    JOIN_BID = 3
+    """Rest a bid of order_size at the best bid, behind the queue; kept (with its queue place) if there."""
+    JOIN_ASK = 4
+    """Rest an ask of order_size at the best ask; kept if already there."""
+    CANCEL = 5
+    """Cancel both resting orders."""
+    FLATTEN = 6
+    """Cancel both resting orders and close the whole position at market."""
+
+
+N_ACTIONS = len(Action)
+
+OBS_FIXED = 12
+"""Observation entries besides the 4 * obs_levels book entries (see `obs_index`)."""
+
+
+def obs_size(cfg: MarketConfig) -> int:
+    return 4 * cfg.obs_levels + OBS_FIXED
+
+
+def obs_index(cfg: MarketConfig) -> dict[str, int]:
+    """Column of each scalar observation entry (the book ladders take the first 4 * obs_levels columns)."""
+    o = 4 * cfg.obs_levels
+    names = (
+        "spread",
+        "imbalance",
+        "flow",
+        "flow_slow",
+        "position",
+        "own_bid_offset",
+        "own_bid_size",
+        "own_bid_ahead",
+        "own_ask_offset",
+        "own_ask_size",
+        "own_ask_ahead",
+        "time_left",
+    )
+    return {n: o + i for i, n in enumerate(names)}
+
+
+@dataclass(kw_only=True, slots=True)
+class StepResult:
+    reward: np.ndarray
+    """[B] float64 change of equity in USD."""
+    fills: np.ndarray
+    """[B] int64 signed contracts filled this step (passive and taker)."""
+    fees_usd: np.ndarray
+    """[B] float64 fees paid this step."""
+    truncated: np.ndarray
+    """[B] bool: the episode reached its horizon."""
+
+
+class MarketState(Protocol):
+    """What the envs read of a market's state over B books; each market keeps more (its book, flow, orders)."""
+
+    position: np.ndarray
+    """[B] contracts held (signed)."""
+    equity_usd: np.ndarray
+    """[B] float64 marked equity after the last step, net of all fees paid in the episode (the cumulative
+    pnl_usd)."""
+
+
+State = TypeVar("State", bound=MarketState)
+
+
+@runtime_checkable
+class Market(Protocol[State]):
+    """B books of one market under one config, stepped together as arrays.
+
+    A market object holds its config and precomputed tables only; everything that evolves lives in the state
+    it makes, so the single env (B = 1) and the vector env (B books) share one step function.
+    """
+
+    cfg: MarketConfig
+
+    def new_state(self, n_books: int) -> State:
+        """The state of n_books books; each is opened by `reset_rows` before its first step."""
+        ...
+
+    def reset_rows(self, state: State, rows: np.ndarray, keys: np.ndarray) -> None:
+        """Opens a fresh episode in books `rows` [R], each a pure function of its uint64 key [R]."""
+        ...
+
+    def step(self, state: State, actions: np.ndarray) -> StepResult:
+        """Advances every book one env step under its action (int64 [B], values of `Action`)."""
+        ...
+
+    def observe(self, state: State) -> np.ndarray:
+        """float32 [B, obs_size(cfg)]: the layout of docs/market.md, columns named by `obs_index`."""
+        ...
+
+    def latent_regime(self, state: State) -> np.ndarray:
+        """[B] the hidden regime in {-1, 0, +1} (for the oracle baseline; never observed). Raises ValueError
+        where the market has none."""
+        ...
