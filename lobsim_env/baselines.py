@@ -21,9 +21,9 @@ from typing import Any
 import numpy as np
 
 from lobsim_env.config import MarketConfig
-from lobsim_env.core import SyntheticMarket
 from lobsim_env.env import LobVectorEnv
 from lobsim_env.market import N_ACTIONS, Action, obs_index
+from lobsim_env.synthetic.market import SyntheticMarket
 
 Policy = Callable[[np.ndarray, LobVectorEnv, np.random.Generator], np.ndarray]
 

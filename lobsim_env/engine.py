@@ -2,7 +2,7 @@
 
 One book, one Python object per resting order, integer price ticks and integer sizes, price-time priority.
 It is deliberately plain (dicts of insertion-ordered dicts) so that it is obviously right; the fast path is
-the batched structure-of-arrays book in `lobsim_env.book`, tested against this one event by event. The rules
+the batched structure-of-arrays book in `lobsim_env.synthetic.book`, tested against this one event by event. The rules
 are written out in docs/engine.md.
 
 - `limit` matches against the opposite side while the limit price allows, at each maker's price (the taker

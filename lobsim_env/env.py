@@ -1,6 +1,6 @@
 """The Gymnasium faces of the market: a single `gymnasium.Env` and a natively batched `VectorEnv`.
 
-Both drive the same market object (`core.SyntheticMarket`, or `replay_market.ReplayMarket` for LOBSTER days)
+Both drive the same market object (`synthetic.market.SyntheticMarket`, or `replay_market.ReplayMarket` for LOBSTER days)
 over a state of B books (B = 1 for the single env), so there is exactly one step function.
 
 Seeding: each book's episode is a pure function of a 64-bit key drawn from that book's generator at reset.
@@ -21,8 +21,8 @@ from gymnasium.utils import seeding
 from gymnasium.vector import AutoresetMode
 
 from lobsim_env.config import MarketConfig
-from lobsim_env.core import SyntheticMarket
 from lobsim_env.market import N_ACTIONS, obs_size
+from lobsim_env.synthetic.market import SyntheticMarket
 
 INFO_KEYS = ("pnl_usd", "position", "fills", "fees_usd", "equity_usd")
 

@@ -258,7 +258,7 @@ class ReplayMarket:
         return done
 
     def observe(self, state: ReplayState) -> np.ndarray:
-        """Same layout as core.SyntheticMarket.observe, from the visible LOBSTER levels (ticks = cents)."""
+        """Same layout as synthetic.market.SyntheticMarket.observe, from the visible LOBSTER levels (ticks = cents)."""
         cfg = self.cfg
         L = cfg.obs_levels
         B = state.t.shape[0]

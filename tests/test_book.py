@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lobsim_env import book as bk
+from lobsim_env.synthetic import book as bk
 
 W = 24
 START = 1000  # best bid tick when a book opens

@@ -1,4 +1,4 @@
-"""Differential tests: the batched book (lobsim_env.book) against the order-level reference engine.
+"""Differential tests: the batched book (lobsim_env.synthetic.book) against the order-level reference engine.
 
 B books are driven at once, each book by its own random events, so every mask in the vectorised code is
 exercised with books that take different branches in the same call. One reference `OrderBook` per batched
@@ -20,10 +20,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lobsim_env import book as bk
 from lobsim_env.config import SyntheticConfig
 from lobsim_env.engine import OrderBook, Side
-from lobsim_env.synthetic import SyntheticFlow, hash_draws
+from lobsim_env.synthetic import book as bk
+from lobsim_env.synthetic.flow import SyntheticFlow, hash_draws
 
 SIDE = (Side.BID, Side.ASK)  # batched side index -> engine side
 # What each event code means, written out here rather than read from book.py's own tables:

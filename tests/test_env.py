@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 
 import lobsim_env
 from lobsim_env import Action, LobEnv, LobVectorEnv, MarketConfig, MarketConfigError, SyntheticConfig
-from lobsim_env.core import SyntheticMarket
 from lobsim_env.market import Market, obs_index
 from lobsim_env.replay_market import ReplayMarket
+from lobsim_env.synthetic.market import SyntheticMarket
 
 CFG = MarketConfig(horizon=40)
 
@@ -173,7 +173,7 @@ def test_latency_orders_arrive_after_k_events():
         b.reset(seed=9)
         m = b.market
         # Replay the step by hand on b's state: k events, then the order.
-        from lobsim_env.synthetic import hash_draws
+        from lobsim_env.synthetic.flow import hash_draws
 
         s = b._state
         h = hash_draws(s.key, s.t, 9)

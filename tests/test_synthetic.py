@@ -9,8 +9,8 @@ import pytest
 
 from lobsim_env import MarketConfig, SyntheticConfig
 from lobsim_env.baselines import evaluate_policy
-from lobsim_env.core import SyntheticMarket
-from lobsim_env.synthetic import hash_draws
+from lobsim_env.synthetic.flow import hash_draws
+from lobsim_env.synthetic.market import SyntheticMarket
 
 
 def simulate(cfg: MarketConfig, books: int, steps: int, seed: int = 0):

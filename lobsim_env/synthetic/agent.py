@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from lobsim_env import book as bk
 from lobsim_env.market import Action
+from lobsim_env.synthetic import book as bk
 
 
 def apply_actions(

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lobsim_env import book as bk
 from lobsim_env.config import SyntheticConfig
+from lobsim_env.synthetic import book as bk
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)

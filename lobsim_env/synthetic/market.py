@@ -18,11 +18,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lobsim_env import book as bk
-from lobsim_env.agent import apply_actions
 from lobsim_env.config import MarketConfig
 from lobsim_env.market import OBS_FIXED, StepResult
-from lobsim_env.synthetic import SyntheticFlow, hash_draws
+from lobsim_env.synthetic import book as bk
+from lobsim_env.synthetic.agent import apply_actions
+from lobsim_env.synthetic.flow import SyntheticFlow, hash_draws
 
 
 @dataclass(kw_only=True, slots=True)
