@@ -3,12 +3,12 @@
     python benchmarks/gpu_check.py build                  # build (cached) and load the extension
     python benchmarks/gpu_check.py sanitize               # each op fwd+bwd once at B=128 (under compute-sanitizer)
     python benchmarks/gpu_check.py ops     --json F       # per-op time: kernels vs eager vs compiled reference
-    python benchmarks/gpu_check.py graphcheck --json F    # CUDA-graph Learner vs the eager CUDA Learner, same seed
-    python benchmarks/gpu_check.py minibatch --T 16 --B 512  # Learner.updates in minibatches vs update() on each
     python benchmarks/gpu_check.py learner --json F       # full Learner.update: graph / cuda / eager / compile modes
 
-The kernels' numbers (every op against the float64 reference, gradients, opcheck) are tests:
-tests/test_kernels_cuda.py, on the shared harness in tests/kernel_checks.py, which `sanitize` runs once.
+The numbers are tests, skipped without CUDA: the kernels (every op against the float64 reference, gradients,
+opcheck) in tests/test_kernels_cuda.py, on the shared harness in tests/kernel_checks.py, which `sanitize` runs
+once; the CUDA learner (the captured graph against eager, minibatch steps against one update each, TF32) in
+tests/test_learner_cuda.py. This script keeps the build, the sanitizer's workload and the timings.
 benchmarks/gpu_check.sh runs pytest on them and these stages in one call and copies the logs and JSON to $OUT.
 `--device cpu` runs ops/learner on the CPU (the reference against the CPU op implementations) to test this script.
 """
@@ -31,6 +31,7 @@ sys.path.insert(0, str(ROOT))
 from learner import ops  # noqa: E402
 from learner.ops import reference as ref  # noqa: E402
 from tests.kernel_checks import F32, F64, SIZES, check_size, make_inputs  # noqa: E402
+from tests.learner_batches import torch_rollout  # noqa: E402
 
 # -------------------------------------------------------------------------------------------- sanitize
 
@@ -186,125 +187,6 @@ def run_ops(device: str, json_path: str | None) -> None:
         Path(json_path).write_text(json.dumps({"ceilings": ceilings, "ops": rows}, indent=1))
 
 
-def learner_batch(T: int, B: int, obs_dim: int, n_actions: int, seed: int, autoreset: bool = False) -> dict:
-    g = torch.Generator().manual_seed(seed)
-    valid = torch.ones(T, B, dtype=torch.bool)
-    if autoreset:  # the step after an episode end is an autoreset, not a transition
-        valid[1:] = torch.rand(T - 1, B, generator=g) > 0.05
-    return {
-        "obs": torch.randn(T + 1, B, obs_dim, generator=g),
-        "actions": torch.randint(0, n_actions, (T, B), generator=g),
-        "rewards": torch.randn(T, B, generator=g),
-        "terminated": torch.rand(T, B, generator=g) < 0.02,
-        "truncated": torch.rand(T, B, generator=g) < 0.02,
-        "behaviour_logp": -torch.rand(T, B, generator=g) * 2.2,
-        "valid": valid,
-        "policy_version": 0,
-    }
-
-
-def run_graphcheck(device: str, json_path: str | None, T: int, B: int, n_updates: int = 8) -> bool:
-    """Learner with cuda_graph=True vs cuda_graph=False (both on the CUDA kernels), same seed and batches.
-
-    They draw the same replay indices and taus, so they differ only in the reduction order of the masked
-    on-policy means: parameters and diag must agree to float32 rounding (grown a little by Adam and by an
-    occasional argmax tie). Also: an injected NaN step is skipped by both, with parameters kept.
-    """
-    import dataclasses
-
-    from foxhunt_ray.presets import preset
-    from learner.learner import Learner
-
-    obs_dim, n_actions = 64, 9
-    batches = [learner_batch(T, B, obs_dim, n_actions, seed=100 + s, autoreset=True) for s in range(n_updates)]
-    report: dict = {"T": T, "B": B, "updates": n_updates, "cases": {}}
-    ok_all = True
-    # The two production paths, then the seed's ablations (their switches change what the graph captures);
-    # phase3_2c blends over updates 2..6 so alpha moves inside the captured graph.
-    cases = (
-        ("phase4_3", "phase4_3", None, {}),
-        ("plan_a_v2+nan@4", "plan_a_v2", 4, {}),
-        ("phase2_v2", "phase2_v2", None, {}),
-        ("phase3_1_fix", "phase3_1_fix", None, {}),
-        ("phase3_2c", "phase3_2c", None, {"alpha_start_step": 2, "alpha_end_step": 6}),
-    )
-    for name, preset_name, inject, extra in cases:
-        base = dataclasses.replace(
-            preset(preset_name), q_batch_size=1024, replay_min_size=1024, inject_nan_at=inject, **extra
-        )
-        pair = [
-            Learner(dataclasses.replace(base, cuda_graph=g), obs_dim=obs_dim, n_actions=n_actions, device=device)
-            for g in (True, False)
-        ]
-        worst_diag: dict[str, float] = {}
-        for batch in batches:
-            da, db = (lrn.update(batch) for lrn in pair)
-            for k in da:
-                if math.isnan(da[k]) and math.isnan(db[k]):  # both report the skipped step's NaN
-                    continue
-                err = abs(da[k] - db[k]) / max(abs(db[k]), 1e-3)
-                worst_diag[k] = max(worst_diag.get(k, 0.0), err if math.isfinite(err) else math.inf)
-        params = {}
-        for part in ("main", "dueling"):
-            a, b = (getattr(lrn, part) for lrn in pair)
-            if a is None:
-                continue
-            for what in ("flat", "target_flat"):
-                x, y = getattr(a, what).detach(), getattr(b, what).detach()
-                params[f"{part}.{what}"] = ((x - y).abs().max() / y.abs().max()).item()
-        graph = pair[0].graph
-        case = {
-            "captures": graph.captures if graph is not None else 0,
-            "nan_abort_step": [lrn.nan_abort_step for lrn in pair],
-            "param_max_rel_err": params,
-            "diag_worst_rel_err": {k: v for k, v in sorted(worst_diag.items(), key=lambda kv: -kv[1])[:8]},
-        }
-        nan_ok = case["nan_abort_step"] == [inject or 0, inject or 0]
-        diag_ok = all(v < 2e-2 for k, v in worst_diag.items() if k != "nan_abort_step")
-        case["ok"] = bool(case["captures"] == 1 and nan_ok and max(params.values()) < 1e-3 and diag_ok)
-        ok_all &= case["ok"]
-        report["cases"][name] = case
-        print(name, json.dumps(case), flush=True)
-    report["ok"] = ok_all
-    print("graphcheck:", "PASSED" if ok_all else "FAILED")
-    if json_path:
-        Path(json_path).write_text(json.dumps(report, indent=1))
-    return ok_all
-
-
-def run_minibatch_check(device: str, T: int, B: int, m: int = 128, payloads: int = 4) -> bool:
-    """Learner.updates with learner.minibatch_envs = m (the learner worker's path: one copy, the n-step returns of
-    the whole rollout, one captured update per minibatch, one sync) against update() on each minibatch in turn,
-    same seed: every diag and every parameter equal (up to float32 rounding)."""
-    import dataclasses
-
-    import numpy as np
-
-    from foxhunt_ray.presets import preset
-    from learner.learner import Learner
-
-    cfg = dataclasses.replace(preset("phase4_3"), minibatch_envs=m, replay_min_size=1024)
-    split, one_by_one = (Learner(cfg, obs_dim=32, n_actions=7, device=device, seed=0) for _ in range(2))
-    worst = 0.0
-    for i in range(payloads):
-        batch = learner_batch(T, B, 32, 7, seed=i, autoreset=True)
-        batch = {k: (v.numpy() if torch.is_tensor(v) else v) for k, v in batch.items()}
-        got = split.updates(batch)
-        want = [
-            one_by_one.update({k: (v[:, c : c + m] if isinstance(v, np.ndarray) else v) for k, v in batch.items()})
-            for c in range(0, B, m)
-        ]
-        for x, y in zip(got, want, strict=True):
-            worst = max([worst, *(abs(x[k] - y[k]) / max(1e-6, abs(y[k])) for k in y)])
-    rel = ((split.main.flat - one_by_one.main.flat).norm() / one_by_one.main.flat.norm()).item()
-    ok = rel < 1e-4 and worst < 1e-3 and split.step == one_by_one.step == payloads * B // m
-    print(
-        f"minibatch check: {B // m} steps a payload, {split.step} steps; parameters rel diff {rel:.2e}, worst diag "
-        f"rel diff {worst:.2e}: {'PASSED' if ok else 'FAILED'}"
-    )
-    return ok
-
-
 def run_update(device: str, json_path: str | None, preset_name: str, reps: int) -> None:
     """Issue 12, part 3: one learner update at T x B = 8 x 128 and 64 x 128 (q_batch 1024), the custom kernels
     against the reference ops inside the same CUDA graph, each with float32 and TF32 matmuls.
@@ -322,7 +204,7 @@ def run_update(device: str, json_path: str | None, preset_name: str, reps: int) 
     obs_dim, n_actions = 64, 9
     report: dict = {"preset": preset_name, "q_batch": 1024, "obs_dim": obs_dim, "n_actions": n_actions, "rows": []}
     for T, B in ((8, 128), (64, 128)):
-        batches = [learner_batch(T, B, obs_dim, n_actions, seed=s) for s in range(4)]
+        batches = [torch_rollout(T, B, obs_dim, n_actions, seed=s) for s in range(4)]
         hosts = [rollout_from_batch(b, obs_dim=obs_dim, n_actions=n_actions) for b in batches]
         hosts = [dataclasses.replace(h, **{k: getattr(h, k).pin_memory() for k in BATCH_DTYPES}) for h in hosts]
         for backend in ("cuda", "reference"):
@@ -398,7 +280,7 @@ def run_learner(device: str, json_path: str | None, preset_name: str, T: int, B:
 
     obs_dim, n_actions = 64, 9
     cfg = dataclasses.replace(preset(preset_name), q_batch_size=1024, replay_min_size=1024)
-    batches = [learner_batch(T, B, obs_dim, n_actions, seed=s) for s in range(4)]
+    batches = [torch_rollout(T, B, obs_dim, n_actions, seed=s) for s in range(4)]
     if device == "cuda":  # the rollout arrives from actors on the host; pinned like the learner actor's queue
         batches = [{k: (v.pin_memory() if torch.is_tensor(v) else v) for k, v in b.items()} for b in batches]
     # cuda_graph: the Learner's CUDA path (kernels + one captured graph per update); cuda_kernels: the same
@@ -611,7 +493,7 @@ def count_floor(learner, batch, ceilings) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
-        "stage", choices=["build", "sanitize", "ops", "graphcheck", "minibatch", "learner", "update"]
+        "stage", choices=["build", "sanitize", "ops", "learner", "update"]
     )
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--json")
@@ -632,10 +514,6 @@ def main() -> int:
         run_sanitize(args.device)
     elif args.stage == "ops":
         run_ops(args.device, args.json)
-    elif args.stage == "graphcheck":
-        return 0 if run_graphcheck(args.device, args.json, args.T, args.B) else 1
-    elif args.stage == "minibatch":
-        return 0 if run_minibatch_check(args.device, args.T, args.B) else 1
     elif args.stage == "update":
         run_update(args.device, args.json, args.preset, args.reps)
     elif args.stage == "learner":

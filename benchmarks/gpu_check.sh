@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# The GPU machine's one call: build the extension, run the kernels' tests with pytest (every kernel against
-# the reference, gradients, opcheck, TF32: tests/test_kernels_cuda.py and the ops' and CUDA learner's test
-# files), run compute-sanitizer (memcheck, racecheck) on the ops at B=128, time the ops and the Learner.update.
-#   benchmarks/gpu_check.sh [all|kernels|learner|graph]
-#     kernels = build+checks+sanitizer+ops; learner = build+graphcheck+timing; graph = the same as learner
+# The GPU machine's one call: build the extension, run the CUDA tests with pytest (every kernel against the
+# reference, gradients, opcheck: tests/test_kernels_cuda.py; the captured graph against eager, minibatch steps,
+# TF32: tests/test_learner_cuda.py; the ops' test files), run compute-sanitizer (memcheck, racecheck) on the ops at
+# B=128, time the ops, the Learner.update and the part-3 update table.
+#   benchmarks/gpu_check.sh [all|kernels|learner]
+#     kernels = build+checks+sanitizer+ops; learner = build+timings
 # The device image has no pytest: the checks stage takes it from .devbundle/site.tar.xz
 # (../shared/tools/device-bundle; carry .devbundle along) when `import pytest` fails.
 # Logs and JSON go to $OUT (the device tool's folder) or benchmarks/results/<utc stamp>/; a short table of
@@ -57,13 +58,10 @@ if [ "$STAGE" = all ] || [ "$STAGE" = kernels ]; then
   stage ops $PY benchmarks/gpu_check.py ops --json "$OUT/ops.json"
   tail -12 "$OUT/.last"
 fi
-if [ "$STAGE" = all ] || [ "$STAGE" = learner ] || [ "$STAGE" = graph ]; then
+if [ "$STAGE" = all ] || [ "$STAGE" = learner ]; then
   [ "$STAGE" = all ] || stage build $PY benchmarks/gpu_check.py build
-  # The CUDA-graph Learner against the eager CUDA Learner (same seed, same samples), then the timing table.
-  stage graphcheck $PY benchmarks/gpu_check.py graphcheck --json "$OUT/graphcheck.json" --T 8 --B 128
-  tail -25 "$OUT/.last"
-  stage minibatch $PY benchmarks/gpu_check.py minibatch --T 16 --B 512
-  tail -2 "$OUT/.last"
+  stage update $PY benchmarks/gpu_check.py update --json "$OUT/update.json"
+  tail -6 "$OUT/.last"
   stage learner $PY benchmarks/gpu_check.py learner --json "$OUT/learner.json" --preset phase4_3 --T 8 --B 128
   tail -14 "$OUT/.last"
 fi

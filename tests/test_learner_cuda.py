@@ -1,4 +1,5 @@
-"""The learner on a CUDA device (skipped without one): TF32 matmuls against full float32.
+"""The learner on a CUDA device (skipped without one): the captured CUDA graph against the eager CUDA learner,
+minibatch steps against one update each, and TF32 matmuls against full float32.
 
 `learner.matmul_precision="high"` lets cuBLAS round matmul inputs to TF32 (10-bit mantissa). That is allowed only
 where what the learner reports and what the monitor's kill rules read stay close to float32: the tolerances
@@ -21,7 +22,7 @@ import torch
 from foxhunt_ray.presets import preset
 from learner import diag as D
 from learner.learner import Learner
-from tests.learner_batches import random_rollout
+from tests.learner_batches import random_rollout, torch_rollout
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -89,3 +90,81 @@ def test_tf32_matmuls_keep_losses_and_qpa_within_the_stated_tolerances():
         assert max(row["rel"][k] for k in LOSSES) <= LOSS_REL, row
         assert max(v for k, v in row["rel"].items() if k not in LOSSES) <= GRAD_NORM_REL, row
         assert row["qpa_abs"] <= QPA_ABS, row
+
+
+# ------------------------------------------------------------------------------------ graph against eager
+
+GRAPH_CASES = {
+    # the two production paths, then the seed's ablations (their switches change what the graph captures);
+    # phase3_2c blends over updates 2..6 so alpha moves inside the captured graph
+    "phase4_3": ("phase4_3", None, {}),
+    "plan_a_v2+nan@4": ("plan_a_v2", 4, {}),
+    "phase2_v2": ("phase2_v2", None, {}),
+    "phase3_1_fix": ("phase3_1_fix", None, {}),
+    "phase3_2c": ("phase3_2c", None, {"alpha_start_step": 2, "alpha_end_step": 6}),
+}
+GRAPH_PARAM_REL = 1e-3
+"""Parameters and targets of the graph learner within this of the eager one's, relative to the largest. Measured on
+the H200: 0.0 to 1.2e-7 (BENCHMARKS.md, "A full Learner.update")."""
+GRAPH_DIAG_REL = 2e-2
+"""Every diag value within 2 % (relative to max(|eager|, 1e-3)): an occasional argmax tie flips qpa's vote."""
+
+
+@pytest.mark.parametrize("name", list(GRAPH_CASES))
+def test_the_captured_graph_learns_what_the_eager_cuda_learner_learns(name):
+    """cuda_graph=True against cuda_graph=False, both on the CUDA kernels, same seed and rollouts (8 x 128): they
+    draw the same replay indices and taus and differ only in the reduction order of the masked on-policy means.
+    One capture serves every update, and an injected NaN step is skipped by both with the parameters kept."""
+    preset_name, inject, extra = GRAPH_CASES[name]
+    obs_dim, n_actions = 64, 9
+    base = dataclasses.replace(
+        preset(preset_name), q_batch_size=1024, replay_min_size=1024, inject_nan_at=inject, **extra
+    )
+    graph, eager = (
+        Learner(dataclasses.replace(base, cuda_graph=g), obs_dim=obs_dim, n_actions=n_actions, device="cuda")
+        for g in (True, False)
+    )
+    worst: dict[str, float] = {}
+    for s in range(8):
+        batch = torch_rollout(8, 128, obs_dim, n_actions, seed=100 + s, autoreset=True)
+        got, want = graph.update(batch), eager.update(batch)
+        for k in want:
+            if math.isnan(got[k]) and math.isnan(want[k]):  # both report the skipped step's NaN
+                continue
+            err = abs(got[k] - want[k]) / max(abs(want[k]), 1e-3)
+            worst[k] = max(worst.get(k, 0.0), err if math.isfinite(err) else math.inf)
+    assert graph.graph is not None and graph.graph.captures == 1
+    assert graph.nan_abort_step == eager.nan_abort_step == (inject or 0)
+    for part in ("main", "dueling"):
+        a, b = getattr(graph, part), getattr(eager, part)
+        if b is None:
+            continue
+        for what in ("flat", "target_flat"):
+            x, y = getattr(a, what).detach(), getattr(b, what).detach()
+            assert ((x - y).abs().max() / y.abs().max()).item() < GRAPH_PARAM_REL, (part, what)
+    bad = {k: v for k, v in worst.items() if k != D.NAN_ABORT_STEP and not v < GRAPH_DIAG_REL}
+    assert not bad, bad
+
+
+def test_minibatch_steps_in_one_call_match_one_update_per_minibatch():
+    """Learner.updates with learner.minibatch_envs = 128 (the learner worker's path: one copy, the n-step returns of
+    the whole rollout, the replay write on the GPU, one captured update per minibatch, one sync) against update()
+    on each minibatch in turn, same seed, 4 rollouts of 16 x 512: every diag and every parameter equal up to
+    float32 rounding. Measured on the H200: parameters 4.1e-6, diag 1.9e-5 (BENCHMARKS.md)."""
+    m, t_len, b, payloads = 128, 16, 512, 4
+    cfg = dataclasses.replace(preset("phase4_3"), minibatch_envs=m, replay_min_size=1024)
+    split, one_by_one = (Learner(cfg, obs_dim=32, n_actions=7, device="cuda", seed=0) for _ in range(2))
+    worst = 0.0
+    for i in range(payloads):
+        batch = torch_rollout(t_len, b, 32, 7, seed=i, autoreset=True)
+        batch = {k: (v.numpy() if torch.is_tensor(v) else v) for k, v in batch.items()}
+        got = split.updates(batch)
+        want = [
+            one_by_one.update({k: (v[:, c : c + m] if isinstance(v, np.ndarray) else v) for k, v in batch.items()})
+            for c in range(0, b, m)
+        ]
+        for x, y in zip(got, want, strict=True):
+            worst = max([worst, *(abs(x[k] - y[k]) / max(1e-6, abs(y[k])) for k in y)])
+    rel = ((split.main.flat - one_by_one.main.flat).norm() / one_by_one.main.flat.norm()).item()
+    assert split.step == one_by_one.step == payloads * b // m
+    assert rel < 1e-4 and worst < 1e-3, (rel, worst)
