@@ -6,8 +6,8 @@ LOBSTER replay messages per second including parsing.
 The process pins itself to one CPU and sets the BLAS/OpenMP thread counts to 1 before numpy loads. Actions are
 uniform random (pre-drawn), so the agent's order handling is exercised, not just the flow. Steps/s counts
 env steps (one book advancing one step), i.e. B x vector steps per second. The SyncVectorEnv at B = 4096 runs
-a capped number of steps. Replay is timed as `lobsim_env.lobster.load_day(path)` plus
-`lobsim_env.replay.replay(day)` over the sample days (wall clock, best of 3), on what `lobster.backend()`
+a capped number of steps. Replay is timed as `lobsim_env.lobster.files.load_day(path)` plus
+`lobsim_env.lobster.reconstruct.replay(day)` over the sample days (wall clock, best of 3), on what `backend()`
 reports (the compiled parser and libdeflate where found; each replay line says which). Env rates are per
 CPU-second of this process (what one dedicated core does), with wall-clock rates beside them: on a machine
 shared with other jobs the two differ. The last line printed is
@@ -31,7 +31,8 @@ from pathlib import Path  # noqa: E402
 import gymnasium as gym  # noqa: E402
 import numpy as np  # noqa: E402
 
-from lobsim_env import LobEnv, LobVectorEnv, MarketConfig, samples  # noqa: E402
+from lobsim_env import LobEnv, LobVectorEnv, MarketConfig  # noqa: E402
+from lobsim_env.lobster import samples  # noqa: E402
 
 DATA = samples.data_dir()
 
@@ -81,17 +82,16 @@ def bench_sync(B: int, steps: int, cfg: MarketConfig) -> tuple[float, float]:
 
 
 def bench_replay(paths: list[Path]) -> tuple[float, list[dict], str]:
-    from lobsim_env import lobster
-    from lobsim_env.lobster import load_day
-    from lobsim_env.replay import replay
+    from lobsim_env.lobster import files
+    from lobsim_env.lobster.reconstruct import replay
 
-    backend = lobster.backend()
+    backend = files.backend()
     rows, total_msgs, total_s = [], 0, 0.0
     for p in paths:
         best = float("inf")
         for _ in range(3):
             t = time.perf_counter()
-            day = load_day(p)
+            day = files.load_day(p)
             replay(day)
             best = min(best, time.perf_counter() - t)
         rows.append({"file": p.name, "messages": day.n_messages, "seconds": best, "msgs_per_s": day.n_messages / best})

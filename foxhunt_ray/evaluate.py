@@ -51,7 +51,7 @@ from learner.network import NET_FIELDS, MainNet, PolicyNet, flatten_parameters_,
 from lobsim_env import ENV_ID, LobVectorEnv, MarketConfig
 from lobsim_env.baselines import NEEDS_LATENT_REGIME, POLICIES, Policy, run_episodes
 from lobsim_env.folds import HELDOUT_FOLD_STRIDE, heldout_seed
-from lobsim_env.replay_market import lobster_config
+from lobsim_env.lobster.market import lobster_config
 
 DEFAULT_EPISODES = 64
 AGENT = "agent"

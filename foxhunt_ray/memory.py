@@ -16,7 +16,7 @@ from actors.rollout import EnvSpaces, is_market
 from actors.wire import DEFAULT_LIMITS, WireLimits
 from learner.config import LearnerConfig
 from learner.network import IQN_EMBED_DIM
-from lobsim_env.lobster import PARSE_BYTES_PER_TEXT_BYTE, available_memory, day_text_bytes
+from lobsim_env.lobster.files import PARSE_BYTES_PER_TEXT_BYTE, available_memory, day_text_bytes
 
 BOOK_BYTES = 4096
 """Bytes of one synthetic book besides its window (2.3 KB measured, rounded up)."""

@@ -4,7 +4,7 @@ running the wrong commit).
 With git there: `git rev-parse HEAD`, plus "-dirty" when tracked files differ from it. Without git (a
 `ray job submit --working-dir` upload carries no .git): "content-" + a hash of the code files, so such a run is
 stamped too. The content hash covers every source that changes what a run does: the packages' Python, their C,
-C++ and CUDA sources and headers (lobsim_env/_lobster_fast.c, cuda/kernels/*.cu, *.cuh, *.h, cuda/binding/*.cpp)
+C++ and CUDA sources and headers (lobsim_env/lobster/_lobster_fast.c, cuda/kernels/*.cu, *.cuh, *.h, cuda/binding/*.cpp)
 and the build files (pyproject.toml, setup.py, setup.cfg); never tests, runs, the virtualenv or build outputs
 (*.so: a build of the sources that are hashed), so the hash of a checkout and of its upload agree: `python -m
 foxhunt_ray.provenance` prints both, and `--expect-code-sha` accepts either.

@@ -1,7 +1,7 @@
 """The Gymnasium faces of the market: a single `gymnasium.Env` and a natively batched `VectorEnv`.
 
-Both drive the same market object (`synthetic.market.SyntheticMarket`, or `replay_market.ReplayMarket` for LOBSTER days)
-over a state of B books (B = 1 for the single env), so there is exactly one step function.
+Both drive the same market object (`synthetic.market.SyntheticMarket`, or `lobster.market.ReplayMarket` for
+LOBSTER days) over a state of B books (B = 1 for the single env), so there is exactly one step function.
 
 Seeding: each book's episode is a pure function of a 64-bit key drawn from that book's generator at reset.
 The single env draws it from its `np_random`; the vector env keeps one generator per book, seeded
@@ -33,7 +33,7 @@ def make_market(config: MarketConfig):
         raise TypeError(f"config={config!r} must be a lobsim_env.MarketConfig (build one from a dict first)")
     config.validate()
     if config.source == "lobster":
-        from lobsim_env.replay_market import ReplayMarket
+        from lobsim_env.lobster.market import ReplayMarket
 
         return ReplayMarket(config)
     return SyntheticMarket(config)

@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 
 import lobsim_env
 from lobsim_env import Action, LobEnv, LobVectorEnv, MarketConfig, MarketConfigError, SyntheticConfig
+from lobsim_env.lobster.market import ReplayMarket
 from lobsim_env.market import Market, obs_index
-from lobsim_env.replay_market import ReplayMarket
 from lobsim_env.synthetic.market import SyntheticMarket
 
 CFG = MarketConfig(horizon=40)

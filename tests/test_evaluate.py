@@ -24,9 +24,10 @@ from foxhunt_ray.evaluate import (
 from foxhunt_ray.loops import RESUME_SEED_STRIDE
 from learner.learner import Learner
 from learner.network import policy_from_weights
-from lobsim_env import Action, LobVectorEnv, MarketConfig, samples
+from lobsim_env import Action, LobVectorEnv, MarketConfig
 from lobsim_env.baselines import POLICIES, evaluate_policy, run_episodes
 from lobsim_env.folds import HELDOUT_FOLD_STRIDE, heldout_seed
+from lobsim_env.lobster import samples
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

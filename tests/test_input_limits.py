@@ -15,8 +15,8 @@ import pytest
 from actors import wire
 from actors.rollout import RolloutWorker
 from foxhunt_ray import provenance
-from lobsim_env import lobster, replay
-from lobsim_env.lobster import LobsterFormatError, load_day
+from lobsim_env.lobster import files, reconstruct
+from lobsim_env.lobster.files import LobsterFormatError, load_day
 from tests.test_driver import run, summary
 from tests.test_lobster import BOOK, MESSAGES, STEM
 
@@ -44,7 +44,7 @@ def _claim(size: int):
 
 
 def _both_paths(monkeypatch, fast: bool) -> None:
-    monkeypatch.setattr(lobster, "_fast_inflate", lambda: fast and lobster._C is not None)
+    monkeypatch.setattr(files, "_fast_inflate", lambda: fast and files._C is not None)
 
 
 @pytest.mark.parametrize("fast", [True, False])
@@ -55,17 +55,17 @@ def test_a_member_claiming_a_pebibyte_is_refused_before_any_allocation(tmp_path,
         load_day(path)  # main: MemoryError (np.empty of 1 PiB) with a traceback
     msg = str(err.value)
     assert str(path) in msg and "_orderbook_2.csv" in msg and "1,125,899,906,842,624 bytes" in msg
-    assert lobster.MAX_BYTES_ENV in msg and "free memory" in msg
+    assert files.MAX_BYTES_ENV in msg and "free memory" in msg
 
 
 def test_the_limit_follows_the_machine_and_the_override(tmp_path, monkeypatch):
     path = _zip(tmp_path)
-    monkeypatch.setattr(lobster, "available_memory", lambda: 8 * len(OB + MSG) - 8)  # one byte short
+    monkeypatch.setattr(files, "available_memory", lambda: 8 * len(OB + MSG) - 8)  # one byte short
     with pytest.raises(LobsterFormatError, match=r"over the \d[\d,]* bytes this machine can load \(0.5 of the"):
         load_day(path)
-    monkeypatch.setenv(lobster.MAX_BYTES_ENV, str(len(OB + MSG)))
+    monkeypatch.setenv(files.MAX_BYTES_ENV, str(len(OB + MSG)))
     assert load_day(path).n_messages == len(MESSAGES)
-    monkeypatch.setenv(lobster.MAX_BYTES_ENV, "100")
+    monkeypatch.setenv(files.MAX_BYTES_ENV, "100")
     with pytest.raises(LobsterFormatError, match=r"FOXHUNT_LOBSTER_MAX_BYTES=100\)"):
         load_day(path)
     csv = tmp_path / f"{STEM}_message_2.csv"
@@ -75,7 +75,7 @@ def test_the_limit_follows_the_machine_and_the_override(tmp_path, monkeypatch):
 
 
 def test_a_zip_bomb_is_refused_by_its_ratio(tmp_path, monkeypatch):
-    monkeypatch.setenv(lobster.MAX_BYTES_ENV, str(2**40))  # the size alone would pass here
+    monkeypatch.setenv(files.MAX_BYTES_ENV, str(2**40))  # the size alone would pass here
     path = _zip(tmp_path, book=OB[:1] * (40 * 2**20))  # 40 MiB of one byte: deflates about 1000 times
     with pytest.raises(LobsterFormatError, match=r"zip bomb") as err:
         load_day(path)
@@ -132,14 +132,14 @@ def test_malformed_zips_exit_2_with_the_error_named(tmp_path, capsys, make, says
     path = make(tmp_path)
     with pytest.raises(LobsterFormatError, match=says):
         load_day(path)
-    assert replay.main([str(path)]) == 2  # main: exit 1 with a traceback (BadZipFile, RuntimeError, ...)
+    assert reconstruct.main([str(path)]) == 2  # main: exit 1 with a traceback (BadZipFile, RuntimeError, ...)
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "Traceback" not in err and str(path) in err
 
 
 def test_day_text_bytes_reads_only_the_directory(tmp_path):
-    assert lobster.day_text_bytes(_zip(tmp_path, edit=_claim(2**50))) == 2**50 + len(MSG)
-    assert lobster.day_text_bytes(tmp_path / "missing.zip") == 0
+    assert files.day_text_bytes(_zip(tmp_path, edit=_claim(2**50))) == 2**50 + len(MSG)
+    assert files.day_text_bytes(tmp_path / "missing.zip") == 0
 
 
 # ------------------------------------------------------------------------------------------- provenance (6)
@@ -152,8 +152,12 @@ def test_the_content_hash_covers_c_and_cuda_sources_not_build_outputs(tmp_path):
     shutil.copy(provenance.REPO_ROOT / "pyproject.toml", tree)
     first = provenance.content_sha(tree)
     covered = {p.relative_to(tree).as_posix() for p in provenance.code_files(tree)}
-    assert {"cuda/kernels/foxhunt_common.cuh", "lobsim_env/_lobster_fast.c", "pyproject.toml"} <= covered
-    for rel in ("cuda/kernels/foxhunt_common.cuh", "lobsim_env/_lobster_fast.c", "cuda/kernels/foxhunt_kernels.h"):
+    assert {"cuda/kernels/foxhunt_common.cuh", "lobsim_env/lobster/_lobster_fast.c", "pyproject.toml"} <= covered
+    for rel in (
+        "cuda/kernels/foxhunt_common.cuh",
+        "lobsim_env/lobster/_lobster_fast.c",
+        "cuda/kernels/foxhunt_kernels.h",
+    ):
         f = tree / rel
         before = f.read_bytes()
         f.write_bytes(before + b"\n// edited\n")

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lobsim_env import lobster, samples
-from lobsim_env.lobster import DUMMY_ASK_PRICE, DUMMY_BID_PRICE, LobsterFormatError, load_day
+from lobsim_env.lobster import files, samples
+from lobsim_env.lobster.files import DUMMY_ASK_PRICE, DUMMY_BID_PRICE, LobsterFormatError, load_day
 
 DATA = samples.data_dir()
 GOOG_1 = samples.sample_zip("GOOG", 1)
@@ -36,10 +36,10 @@ BOOK = [
 @pytest.fixture(autouse=True, params=["compiled", "numpy"])
 def parser(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Every test here runs on both paths: the compiled parser, and the numpy one it falls back to."""
-    if request.param == "compiled" and lobster._C is None:
+    if request.param == "compiled" and files._C is None:
         pytest.skip("the compiled parser is not built (pip install -e . without a C compiler)")
     if request.param == "numpy":
-        monkeypatch.setattr(lobster, "_C", None)
+        monkeypatch.setattr(files, "_C", None)
     return request.param
 
 
@@ -286,6 +286,6 @@ def test_the_sample_days_folder_has_one_home(monkeypatch, tmp_path):
     assert samples.data_dir() == tmp_path
     assert samples.sample_zip("AMZN", 5) == tmp_path / "LOBSTER_SampleFile_AMZN_2012-06-21_5.zip"
     monkeypatch.delenv(samples.DATA_ENV)
-    beside = Path(samples.__file__).resolve().parents[2] / "shared" / "data" / "lobster"
+    beside = Path(samples.__file__).resolve().parents[3] / "shared" / "data" / "lobster"
     assert samples.data_dir() in (beside, samples.TEAM_DIR)
     assert samples.data_dir() == beside or not beside.is_dir()  # beside the checkout first

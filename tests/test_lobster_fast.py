@@ -1,4 +1,4 @@
-"""The compiled fast path (lobsim_env/_lobster_fast.c) against the numpy path it stands in for.
+"""The compiled fast path (lobsim_env/lobster/_lobster_fast.c) against the numpy path it stands in for.
 
 Both must give bit-identical arrays and the very same LobsterFormatError messages on every input: the
 compiled parser only ever accepts plain integer text (anything else goes to the numpy parser), and where it
@@ -21,13 +21,20 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lobsim_env import lobster, replay
-from lobsim_env.lobster import DUMMY_ASK_PRICE, DUMMY_BID_PRICE, MAX_SIZE, LobsterDay, LobsterFormatError, load_day
+from lobsim_env.lobster import files, reconstruct
+from lobsim_env.lobster.files import (
+    DUMMY_ASK_PRICE,
+    DUMMY_BID_PRICE,
+    MAX_SIZE,
+    LobsterDay,
+    LobsterFormatError,
+    load_day,
+)
 from tests.test_lobster import BOOK, DATA, MESSAGES, STEM, needs_data
 from tests.test_replay import EXPECTED, random_day, small_day
 
 pytestmark = pytest.mark.skipif(
-    lobster._C is None, reason="the compiled parser is not built (pip install -e . without a C compiler)"
+    files._C is None, reason="the compiled parser is not built (pip install -e . without a C compiler)"
 )
 DAY_FIELDS = [f.name for f in dataclasses.fields(LobsterDay) if f.name != "source"]
 
@@ -38,7 +45,7 @@ def load_both(path: Path, **kwargs) -> tuple[LobsterDay | str, LobsterDay | str]
     for compiled in (True, False):
         with pytest.MonkeyPatch.context() as mp:
             if not compiled:
-                mp.setattr(lobster, "_C", None)
+                mp.setattr(files, "_C", None)
             try:
                 out.append(load_day(path, **kwargs))
             except LobsterFormatError as e:
@@ -74,14 +81,14 @@ def test_sample_files_load_identically(
     compiled, numpy_day = sample_pair
     assert_same(compiled, numpy_day)
     assert compiled.book.flags.c_contiguous  # the compiled parser writes rows in place
-    monkeypatch.setattr(lobster, "_fast_inflate", lambda: False)  # zlib
+    monkeypatch.setattr(files, "_fast_inflate", lambda: False)  # zlib
     assert_same(load_day(compiled.source), numpy_day)
 
 
 @needs_data
 def test_sample_files_replay_identically(sample_pair: tuple[LobsterDay, LobsterDay]) -> None:
     day = sample_pair[0]
-    fast, ref = replay._replay_compiled(day), replay._replay_numpy(day)
+    fast, ref = reconstruct._replay_compiled(day), reconstruct._replay_numpy(day)
     for f in ("book", "undetermined", "effect", "level"):
         assert np.array_equal(getattr(fast, f), getattr(ref, f)), f
         assert getattr(fast, f).dtype == getattr(ref, f).dtype, f
@@ -97,7 +104,7 @@ def test_replay_identical_on_a_corrupted_book_and_fewer_levels(sample_pair: tupl
     if day.levels > 1:
         days.append(dataclasses.replace(day, levels=1, book=np.ascontiguousarray(day.book[:, :4])))
     for d in days:
-        fast, ref = replay._replay_compiled(d), replay._replay_numpy(d)
+        fast, ref = reconstruct._replay_compiled(d), reconstruct._replay_numpy(d)
         for f in ("book", "undetermined", "effect", "level"):
             assert np.array_equal(getattr(fast, f), getattr(ref, f)), f
 
@@ -106,7 +113,7 @@ def test_replay_identical_on_a_corrupted_book_and_fewer_levels(sample_pair: tupl
 @pytest.mark.parametrize("seed", range(8))
 def test_random_days_replay_identically(seed: int, levels: int) -> None:
     day = random_day(seed, levels)
-    fast, ref = replay._replay_compiled(day), replay._replay_numpy(day)
+    fast, ref = reconstruct._replay_compiled(day), reconstruct._replay_numpy(day)
     for f in ("book", "undetermined", "effect", "level"):
         assert np.array_equal(getattr(fast, f), getattr(ref, f)), f
 
@@ -115,7 +122,7 @@ def test_inconsistent_and_halted_messages_replay_identically() -> None:
     b = [101, 15, 100, 9, 102, 4, 98, 6]
     msgs = [(5, 1, 100, 1), (4, 20, 100, 1), (2, 1, 99, 1), (7, 0, -1, -1), (1, 3, 110, -1), (3, 9, 100, 1)]
     day = small_day(msgs, [b] * len(msgs))
-    fast, ref = replay._replay_compiled(day), replay._replay_numpy(day)
+    fast, ref = reconstruct._replay_compiled(day), reconstruct._replay_numpy(day)
     for f in ("book", "undetermined", "effect", "level"):
         assert np.array_equal(getattr(fast, f), getattr(ref, f)), f
 
@@ -140,41 +147,41 @@ def test_corrupt_member_is_reported_as_before(tmp_path: Path) -> None:
     errors = []
     for fast in (True, False):
         with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(lobster, "_fast_inflate", lambda fast=fast: fast)
+            mp.setattr(files, "_fast_inflate", lambda fast=fast: fast)
             with pytest.raises(LobsterFormatError, match=r"member .*_orderbook_2.csv' is damaged") as info:
                 load_day(path)  # issue 14: a LobsterFormatError (exit 2 in the CLI), no longer BadZipFile
             errors.append((type(info.value), str(info.value)))
     assert errors[0] == errors[1]
 
 
-@pytest.mark.skipif(lobster._C is None or not lobster._C.fast_inflate(), reason="libdeflate is not on this system")
+@pytest.mark.skipif(files._C is None or not files._C.fast_inflate(), reason="libdeflate is not on this system")
 def test_libdeflate_inflate_checks_size_and_crc() -> None:
     text = b"5801000,50,5800000,100\n" * 1000
     stream = zlib.compress(text)[2:-4]  # the raw DEFLATE stream, as in a zip
     crc = zlib.crc32(text)
     out = np.empty(len(text), np.uint8)
-    assert lobster._C.inflate(stream, out, crc) and out.tobytes() == text
-    assert not lobster._C.inflate(stream, out, crc ^ 1)
-    assert not lobster._C.inflate(stream, out[:-1], crc)
-    assert not lobster._C.inflate(stream, np.empty(len(text) + 1, np.uint8), crc)
-    assert not lobster._C.inflate(stream[:-5], out, crc)
+    assert files._C.inflate(stream, out, crc) and out.tobytes() == text
+    assert not files._C.inflate(stream, out, crc ^ 1)
+    assert not files._C.inflate(stream, out[:-1], crc)
+    assert not files._C.inflate(stream, np.empty(len(text) + 1, np.uint8), crc)
+    assert not files._C.inflate(stream[:-5], out, crc)
 
 
 def test_compiled_functions_check_their_buffers() -> None:
     out = np.empty((2, 4), np.int64)
     with pytest.raises(ValueError, match="parse_book"):
-        lobster._C.parse_book(b"1,2,3,4\n", np.empty((2, 3), np.int64), 1)
-    assert lobster._C.parse_book(b"1,2,3,4\n", out, 1) == (lobster._INVALID, 1)  # ask price 1: off the grid
-    assert lobster._C.parse_book(b"1,2,3,4\n" * 3, out, 1)[0] == lobster._FALLBACK  # more lines than rows
-    assert lobster._C.parse_book(b"1,2,3\n", out, 1)[0] == lobster._FALLBACK
+        files._C.parse_book(b"1,2,3,4\n", np.empty((2, 3), np.int64), 1)
+    assert files._C.parse_book(b"1,2,3,4\n", out, 1) == (files._INVALID, 1)  # ask price 1: off the grid
+    assert files._C.parse_book(b"1,2,3,4\n" * 3, out, 1)[0] == files._FALLBACK  # more lines than rows
+    assert files._C.parse_book(b"1,2,3\n", out, 1)[0] == files._FALLBACK
     with pytest.raises(ValueError, match="out"):
-        lobster._C.parse_messages(b"1.5,1,1,1,100,1\n", 1, np.empty(5, np.int64))
+        files._C.parse_messages(b"1.5,1,1,1,100,1\n", 1, np.empty(5, np.int64))
     cols = np.empty(6, np.int64)
-    assert lobster._C.parse_messages(b"1.5,1,1,1,100,1\n", 1, cols) == lobster._VALID
+    assert files._C.parse_messages(b"1.5,1,1,1,100,1\n", 1, cols) == files._VALID
     assert cols.tolist() == [1_500_000_000, 1, 1, 1, 100, 1]
-    assert lobster._C.parse_messages(b"1.5,1,1,1,100,1", 1, cols) == lobster._FALLBACK  # no final newline
-    assert lobster._C.parse_messages(np.frombuffer(b"1.5,1,1,1,100,1\n1.5,", np.uint8), 1, cols) == lobster._FALLBACK
-    assert lobster._C.lines(b"a\nb\n\n") == 3 and lobster._C.lines(np.zeros(5, np.uint8)) == 0
+    assert files._C.parse_messages(b"1.5,1,1,1,100,1", 1, cols) == files._FALLBACK  # no final newline
+    assert files._C.parse_messages(np.frombuffer(b"1.5,1,1,1,100,1\n1.5,", np.uint8), 1, cols) == files._FALLBACK
+    assert files._C.lines(b"a\nb\n\n") == 3 and files._C.lines(np.zeros(5, np.uint8)) == 0
 
 
 # ------------------------------------------------------------------------------------- random files (fuzz)
@@ -294,12 +301,12 @@ def test_compiled_validation_is_exactly_the_numpy_rules(data: st.DataObject, lev
     # Where the text parses, the compiled verdict (valid / some rule broken) must be _validate_book's.
     text = data.draw(book_text(levels, rows))
     out = np.empty((rows, 4 * levels), np.int64)
-    status, n = lobster._C.parse_book(text, out, levels)
-    if status == lobster._FALLBACK or n != rows:
+    status, n = files._C.parse_book(text, out, levels)
+    if status == files._FALLBACK or n != rows:
         return
     try:
-        lobster._validate_book("x", out, levels)
+        files._validate_book("x", out, levels)
         valid = True
     except LobsterFormatError:
         valid = False
-    assert valid == (status == lobster._VALID)
+    assert valid == (status == files._VALID)

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lobsim_env.lobster import (
+from lobsim_env.lobster.files import (
     DUMMY_ASK_PRICE,
     DUMMY_BID_PRICE,
     LOAD_STAGES,
@@ -18,7 +18,7 @@ from lobsim_env.lobster import (
     LobsterFormatError,
     load_day,
 )
-from lobsim_env.replay import (
+from lobsim_env.lobster.reconstruct import (
     BEYOND_DEPTH,
     INCONSISTENT,
     INSERT,
@@ -252,7 +252,7 @@ def test_cli_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
 def test_cli_runs_as_a_module() -> None:
     path = DATA / "LOBSTER_SampleFile_GOOG_2012-06-21_1.zip"
     proc = subprocess.run(
-        [sys.executable, "-m", "lobsim_env.replay", str(path), "--check"],
+        [sys.executable, "-m", "lobsim_env.lobster.reconstruct", str(path), "--check"],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-from lobsim_env import Action, LobEnv, LobVectorEnv, MarketConfig, samples
+from lobsim_env import Action, LobEnv, LobVectorEnv, MarketConfig
 from lobsim_env.folds import DaySpec, lobster_days, synthetic_days, walk_forward
-from lobsim_env.lobster import LobsterDay, load_day
-from lobsim_env.replay_market import ReplayMarket, lobster_config
+from lobsim_env.lobster import samples
+from lobsim_env.lobster.files import LobsterDay, load_day
+from lobsim_env.lobster.market import ReplayMarket, lobster_config
 
 DATA = samples.data_dir()
 FILES = {

@@ -1,4 +1,4 @@
-/* Optional compiled fast path of lobsim_env.lobster (inflating, parsing, validating) and lobsim_env.replay.
+/* Optional compiled fast path of lobsim_env.lobster.files (inflating, parsing, validating) and .reconstruct.
 
 Built by `pip install -e .` where a C compiler exists (pyproject.toml, tool.setuptools.ext-modules, optional);
 without it the numpy code does all of this. The parsers return a status and never raise on bad data: on
@@ -308,9 +308,9 @@ static PyObject *parse_messages(PyObject *self, PyObject *args) {
 
 /* replay(book, opening, kind, price, size, direction, out, undetermined, effect, level) -> None
 
-   lobsim_env.replay.replay's loop, one row at a time: message k applied to book row k-1 (the opening book
+   lobsim_env.lobster.reconstruct.replay's loop, one row at a time: message k applied to book row k-1 (the opening book
    for k = 0). book, out int64[M, W]; opening int64[W]; kind, direction int8[M]; price, size int64[M];
-   undetermined bool[M, W] (zeroed by the caller); effect, level int8[M]. The effect codes are replay.py's. */
+   undetermined bool[M, W] (zeroed by the caller); effect, level int8[M]. The effect codes are reconstruct.py's. */
 enum { NO_EFFECT, SIZE_UP, INSERT, SIZE_DOWN, REMOVE, BEYOND_DEPTH, INCONSISTENT };
 
 static PyObject *replay(PyObject *self, PyObject *args) {
@@ -347,7 +347,7 @@ static PyObject *replay(PyObject *self, PyObject *args) {
         const int ask = direction[k] == -1;
         const int base = ask ? 0 : 2;
         const int64_t px = price[k], sz = size[k];
-        int ahead = 0; /* levels strictly better than the price (all of them counted, as replay.py does) */
+        int ahead = 0; /* levels strictly better than the price (all of them counted, as reconstruct.py does) */
         for (int i = 0; i < levels; i++) ahead += ask ? prev[4 * i] < px : prev[4 * i + 2] > px;
         const int at = ahead < levels ? ahead : levels - 1;
         const int64_t *cell = prev + base + 4 * at;
@@ -450,7 +450,7 @@ static PyMethodDef methods[] = {
     {"parse_book", parse_book, METH_VARARGS, "Parse and validate an orderbook text into int64 rows."},
     {"parse_messages", parse_messages, METH_VARARGS, "Parse a message text into six int64 columns."},
     {"lines", lines, METH_VARARGS, "Count the newlines of a text."},
-    {"replay", replay, METH_VARARGS, "lobsim_env.replay.replay's loop over every message."},
+    {"replay", replay, METH_VARARGS, "lobsim_env.lobster.reconstruct.replay's loop over every message."},
     {NULL, NULL, 0, NULL},
 };
 

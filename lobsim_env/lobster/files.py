@@ -4,7 +4,7 @@ The format is LOBSTER's own (../shared/data/lobster/LOBSTER_SampleFiles_ReadMe.t
 their error messages are written out in docs/lobster.md.
 
 Two parsers, with the same arrays and the same errors (tests/test_lobster_fast.py). Where the optional
-compiled module is built (lobsim_env/_lobster_fast.c; `pip install -e .` builds it where a C compiler exists),
+compiled module is built (lobsim_env/lobster/_lobster_fast.c; `pip install -e .` builds it where a C compiler exists),
 it parses each file in one pass and checks the orderbook rules in that pass, and it inflates zip members with
 libdeflate where the system has that library (several times faster than zlib; checked against the zip's size
 and CRC-32). It accepts only plain integer text in the expected shape: anything else, and every file where it
@@ -55,14 +55,14 @@ _NAME = re.compile(
 
 
 try:  # the optional compiled parser (pyproject.toml builds it where a C compiler exists)
-    from lobsim_env import _lobster_fast as _C
+    from lobsim_env.lobster import _lobster_fast as _C
 except ImportError:  # not built: the numpy path parses and validates everything, with the same results
     _C = None
 _API = 2
-"""The version of lobsim_env/_lobster_fast.c's functions that this file calls (its API constant)."""
+"""The version of lobsim_env/lobster/_lobster_fast.c's functions that this file calls (its API constant)."""
 if _C is not None and getattr(_C, "API", None) != _API:
     warnings.warn(
-        f"{_C.__file__} was built from another version of lobsim_env/_lobster_fast.c (API "
+        f"{_C.__file__} was built from another version of lobsim_env/lobster/_lobster_fast.c (API "
         f"{getattr(_C, 'API', None)}, this code needs {_API}); using the numpy path. Rebuild it: pip install -e .",
         stacklevel=1,
     )
@@ -199,7 +199,7 @@ def load_day(
     orderbook (the replay then treats messages beyond that depth as invisible). Raises LobsterFormatError
     for anything malformed, FileNotFoundError for a missing path. `stage_seconds`, when given, receives the
     wall-clock seconds of each stage (LOAD_STAGES), added to any value already there: a profile of this very
-    code path, for lobsim_env.replay.profile.
+    code path, for lobsim_env.lobster.reconstruct.profile.
     """
     lap = _Laps(stage_seconds)
     path = Path(path)
@@ -246,8 +246,9 @@ def load_day(
             _validate_book(ob_label, book, file_levels)
             if checked == _INVALID:
                 raise RuntimeError(
-                    f"{ob_label}: the compiled parser found a broken rule that lobster._validate_book does not; "
-                    "this is a bug in lobsim_env/_lobster_fast.c (the numpy path alone: lobster._C = None)"
+                    f"{ob_label}: the compiled parser found a broken rule that files._validate_book does not; "
+                    "this is a bug in lobsim_env/lobster/_lobster_fast.c "
+                    "(the numpy path alone: lobsim_env.lobster.files._C = None)"
                 )
         if levels < file_levels:
             book = np.ascontiguousarray(book[:, : 4 * levels])

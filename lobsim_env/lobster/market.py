@@ -3,7 +3,7 @@
 Semantics (docs/market.md, "LOBSTER replay"):
 - An episode is `horizon` steps of `events_per_step` messages from a start message drawn from the book's key
   (so seeds sample different windows of the day). The visible book at message k is the file's orderbook row
-  k, which `lobsim_env.replay` reproduces from the messages.
+  k, which `lobsim_env.lobster.reconstruct` reproduces from the messages.
 - The agent's marketable orders walk the displayed levels at the displayed prices and leave no trace: the
   replayed book does not react to them (no persistent market impact).
 - Its passive order joins the back of the displayed queue: queue_ahead = the displayed size at its price.
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from lobsim_env.config import MarketConfig
-from lobsim_env.lobster import TICK, LobsterDay, load_day
+from lobsim_env.lobster.files import TICK, LobsterDay, load_day
 from lobsim_env.market import OBS_FIXED, Action, StepResult
 
 

@@ -1,6 +1,6 @@
 """Rebuild LOBSTER's visible book from its message file, and check it against the paired orderbook file.
 
-Usage: `python -m lobsim_env.replay PATH [--check]` (PATH a LOBSTER zip or *_message_<L>.csv). Prints
+Usage: `python -m lobsim_env.lobster.reconstruct PATH [--check]` (PATH a LOBSTER zip or *_message_<L>.csv). Prints
 messages per second; with --check the match statistics. Exit 0 when every difference is a documented
 exception, 1 when some row differs for any other reason, 2 on a malformed file. Semantics: docs/lobster.md.
 
@@ -13,7 +13,7 @@ file holds only events inside the visible range; it is taken from the orderbook 
 
 `replay` applies message k to the book after message k-1 for every k independently, using the orderbook
 file's row k-1 as that book: vectorised in numpy, or one C loop over the rows where the optional compiled
-module is built (lobsim_env/_lobster_fast.c; identical results, tests/test_lobster_fast.py).
+module is built (lobsim_env/lobster/_lobster_fast.c; identical results, tests/test_lobster_fast.py).
 `replay_sequential` carries its own state from the opening book, one message at a time, and is the plain
 reference; where no row differs for an unexplained reason the two are identical row by row
 (tests/test_replay.py), since by induction every state the sequential replay carries equals the file's row.
@@ -33,8 +33,8 @@ from pathlib import Path
 
 import numpy as np
 
-from lobsim_env import lobster
-from lobsim_env.lobster import DUMMY_ASK_PRICE, DUMMY_BID_PRICE, LobsterDay, LobsterFormatError, load_day
+from lobsim_env.lobster import files
+from lobsim_env.lobster.files import DUMMY_ASK_PRICE, DUMMY_BID_PRICE, LobsterDay, LobsterFormatError, load_day
 
 # What message k did to the visible book (ReplayResult.effect).
 NO_EFFECT = 0  # hidden execution, halt
@@ -234,7 +234,7 @@ def replay(day: LobsterDay) -> ReplayResult:
     """Rebuild the book after every message, each from the file's row before it (see the module docstring).
 
     The compiled loop where it is built, else numpy: identical results (tests/test_lobster_fast.py)."""
-    return _replay_numpy(day) if lobster._C is None else _replay_compiled(day)
+    return _replay_numpy(day) if files._C is None else _replay_compiled(day)
 
 
 def _replay_compiled(day: LobsterDay) -> ReplayResult:
@@ -248,7 +248,7 @@ def _replay_compiled(day: LobsterDay) -> ReplayResult:
     opening, _ = opening_book(day)
     kind, direction = (np.ascontiguousarray(a, np.int8) for a in (day.event_type, day.direction))
     price, size = (np.ascontiguousarray(a, np.int64) for a in (day.price, day.size))
-    lobster._C.replay(m, levels, book, opening, kind, price, size, direction, out, undetermined, effect, touched)
+    files._C.replay(m, levels, book, opening, kind, price, size, direction, out, undetermined, effect, touched)
     return ReplayResult(book=out, undetermined=undetermined, effect=effect, level=touched)
 
 
@@ -400,7 +400,7 @@ def throughput(path: str | Path, *, repeats: int = 3) -> float:
 def profile(path: str | Path, *, repeats: int = 5) -> dict[str, float]:
     """Median seconds of each stage of load_day + replay on `path`, over `repeats` runs (one thread).
 
-    Keys: lobster.LOAD_STAGES (timed inside load_day itself), "replay", "total" (load_day + replay, timed
+    Keys: files.LOAD_STAGES (timed inside load_day itself), "replay", "total" (load_day + replay, timed
     whole), and for a zip "inflate": zlib alone on the members' compressed bytes, without zipfile's CRC
     check, the floor under the "read" stage. Shares between stages of one run are steadier than absolute
     times on a shared machine."""
@@ -431,11 +431,11 @@ def _inflate_seconds(path: Path) -> float:
         name_len, extra_len = struct.unpack("<HH", raw[info.header_offset + 26 : info.header_offset + 30])
         start = info.header_offset + 30 + name_len + extra_len
         streams.append((raw[start : start + info.compress_size], info))
-    fast = lobster._fast_inflate()
+    fast = files._fast_inflate()
     t0 = time.perf_counter()
     for stream, info in streams:
         if fast:
-            lobster._C.inflate(stream, np.empty(info.file_size, np.uint8), info.CRC)
+            files._C.inflate(stream, np.empty(info.file_size, np.uint8), info.CRC)
         else:
             zlib.decompress(stream, -15)
     return time.perf_counter() - t0
@@ -469,7 +469,7 @@ def _report(rep: CheckReport) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m lobsim_env.replay",
+        prog="python -m lobsim_env.lobster.reconstruct",
         description="Replay a LOBSTER day from its messages; with --check compare to its orderbook file.",
     )
     parser.add_argument("path", help="a LOBSTER zip, or a *_message_<L>.csv with its orderbook CSV beside it")
@@ -490,7 +490,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"{day.ticker} {day.date} levels={day.levels}: {day.n_messages} messages in {seconds:.3f} s "
         f"(load + replay): {day.n_messages / seconds:,.0f} messages/s "
-        f"({lobster.backend()})"
+        f"({files.backend()})"
     )
     if args.profile > 0:
         print(_profile_report(profile(args.path, repeats=args.profile), day.n_messages))

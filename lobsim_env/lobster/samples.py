@@ -25,7 +25,7 @@ def data_dir() -> Path:
     exists, else the team machines' copy (it may not exist either: callers skip or say so)."""
     if os.environ.get(DATA_ENV):
         return Path(os.environ[DATA_ENV])
-    beside = Path(__file__).resolve().parents[2] / "shared" / "data" / "lobster"
+    beside = Path(__file__).resolve().parents[3] / "shared" / "data" / "lobster"
     return beside if beside.is_dir() or not TEAM_DIR.is_dir() else TEAM_DIR
 
 
