@@ -89,7 +89,7 @@ class _OrderTape:
 
     A step's `fills` are taker and passive contracts together; the split exists only where the action meets
     the book, in the market's `_act`. The tape wraps that method of this env's own market object (both the
-    synthetic and the replay market have one; nothing outside this env is touched) and records, per book,
+    synthetic and the LOBSTER market have one; nothing outside this env is touched) and records, per book,
     what the action took at market and what it newly rested.
     """
 
@@ -109,7 +109,7 @@ class _OrderTape:
                 self.posted[:] = _new_order_size(size0, tick0, b.own_size, b.own_tick)
                 return qty, cash
 
-        else:  # the replay market acts book by book
+        else:  # the LOBSTER market acts book by book
 
             def tapped(state, r, action, **where):
                 size0, price0 = state.own_size[r].copy(), state.own_price[r].copy()

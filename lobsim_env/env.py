@@ -1,6 +1,6 @@
 """The Gymnasium faces of the market: a single `gymnasium.Env` and a natively batched `VectorEnv`.
 
-Both drive the same market object (`synthetic.market.SyntheticMarket`, or `lobster.market.ReplayMarket` for
+Both drive the same market object (`synthetic.market.SyntheticMarket`, or `lobster.market.LobsterMarket` for
 LOBSTER days) over a state of B books (B = 1 for the single env), so there is exactly one step function.
 
 Seeding: each book's episode is a pure function of a 64-bit key drawn from that book's generator at reset.
@@ -33,9 +33,9 @@ def make_market(config: MarketConfig):
         raise TypeError(f"config={config!r} must be a lobsim_env.MarketConfig (build one from a dict first)")
     config.validate()
     if config.source == "lobster":
-        from lobsim_env.lobster.market import ReplayMarket
+        from lobsim_env.lobster.market import LobsterMarket
 
-        return ReplayMarket(config)
+        return LobsterMarket(config)
     return SyntheticMarket(config)
 
 

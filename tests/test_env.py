@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 import lobsim_env
 from lobsim_env import Action, LobEnv, LobVectorEnv, MarketConfig, MarketConfigError, SyntheticConfig
-from lobsim_env.lobster.market import ReplayMarket
+from lobsim_env.lobster.market import LobsterMarket
 from lobsim_env.market import Market, obs_index
 from lobsim_env.synthetic.market import SyntheticMarket
 
@@ -26,7 +26,7 @@ def test_check_env_passes():
     check_env(LobEnv(CFG), skip_render_check=True)
 
 
-@pytest.mark.parametrize("cls", [SyntheticMarket, ReplayMarket])
+@pytest.mark.parametrize("cls", [SyntheticMarket, LobsterMarket])
 def test_both_markets_implement_the_market_protocol(cls):
     methods = [n for n, v in vars(Market).items() if inspect.isfunction(v) and not n.startswith("_")]
     assert sorted(methods) == ["latent_regime", "new_state", "observe", "reset_rows", "step"]

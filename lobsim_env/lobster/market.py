@@ -49,7 +49,7 @@ def lobster_config(path: str, **overrides) -> MarketConfig:
 
 
 @dataclass(kw_only=True, slots=True)
-class ReplayState:
+class LobsterState:
     """B agents, each on its own window of the same day. Own-order arrays are [B, 2] (0 bid, 1 ask)."""
 
     start: np.ndarray
@@ -69,7 +69,7 @@ class ReplayState:
     """Message index at which the order joined (orders added at or after it are behind it)."""
 
     @classmethod
-    def empty(cls, n: int) -> ReplayState:
+    def empty(cls, n: int) -> LobsterState:
         z, z2 = np.zeros(n, np.int64), np.zeros((n, 2), np.int64)
         return cls(
             start=z.copy(),
@@ -88,14 +88,14 @@ class ReplayState:
         )
 
 
-class ReplayMarket:
+class LobsterMarket:
     """`lobsim_env.market.Market` over a LOBSTER day."""
 
     def __init__(self, cfg: MarketConfig, day: LobsterDay | None = None):
         self.cfg = cfg.validate()
         self.day = load_day(cfg.lobster_path) if day is None else day
         if self.day.book is None:
-            raise ValueError(f"{self.day.source}: the replay market needs the orderbook file beside the messages")
+            raise ValueError(f"{self.day.source}: the LOBSTER market needs the orderbook file beside the messages")
         span = cfg.horizon * cfg.events_per_step
         if span + 1 >= self.day.n_messages:
             raise ValueError(
@@ -111,13 +111,13 @@ class ReplayMarket:
         self._span = span
         self._units_to_usd = cfg.usd_per_tick / TICK
 
-    def new_state(self, n_books: int) -> ReplayState:
-        return ReplayState.empty(n_books)
+    def new_state(self, n_books: int) -> LobsterState:
+        return LobsterState.empty(n_books)
 
-    def latent_regime(self, state: ReplayState) -> np.ndarray:
+    def latent_regime(self, state: LobsterState) -> np.ndarray:
         raise ValueError("a LOBSTER replay has no latent regime: the oracle baseline needs source='synthetic'")
 
-    def reset_rows(self, state: ReplayState, rows: np.ndarray, keys: np.ndarray) -> None:
+    def reset_rows(self, state: LobsterState, rows: np.ndarray, keys: np.ndarray) -> None:
         # Start >= 1 so the book before the first message is a file row.
         choices = np.uint64(self.day.n_messages - 1 - self._span)
         state.start[rows] = 1 + (np.asarray(keys, np.uint64) % choices).astype(np.int64)
@@ -142,7 +142,7 @@ class ReplayMarket:
             return ask + bid
         return fallback
 
-    def step(self, state: ReplayState, actions: np.ndarray) -> StepResult:
+    def step(self, state: LobsterState, actions: np.ndarray) -> StepResult:
         cfg, E = self.cfg, self.cfg.events_per_step
         B = state.t.shape[0]
         fills = np.zeros(B, np.int64)
@@ -175,7 +175,7 @@ class ReplayMarket:
 
     # ---- one book, one message / one action -------------------------------------------------------------
 
-    def _fill(self, state: ReplayState, r: int, side: int, qty: int) -> int:
+    def _fill(self, state: LobsterState, r: int, side: int, qty: int) -> int:
         """Books a passive fill of the agent's order on `side` at its price; returns signed contracts."""
         qty = min(qty, int(state.own_size[r, side]))
         if qty <= 0:
@@ -186,7 +186,7 @@ class ReplayMarket:
         state.cash_units[r] -= signed * int(state.own_price[r, side])
         return signed
 
-    def _message(self, state: ReplayState, r: int, k: int) -> tuple[int, int]:
+    def _message(self, state: LobsterState, r: int, k: int) -> tuple[int, int]:
         """Applies message k to book r's agent. Returns (signed passive fill, signed visible volume)."""
         kind, price, size, direction = self._types[k], self._prices[k], self._sizes[k], self._dirs[k]
         volume = 0
@@ -212,7 +212,7 @@ class ReplayMarket:
             filled += self._fill(state, r, 1, int(state.own_size[r, 1]))
         return filled, volume
 
-    def _act(self, state: ReplayState, r: int, action: int, *, row: int, msg: int) -> tuple[int, float]:
+    def _act(self, state: LobsterState, r: int, action: int, *, row: int, msg: int) -> tuple[int, float]:
         """Applies an action against the visible book `row`; returns (signed taker contracts, taker fees)."""
         cfg = self.cfg
         L, os_ = cfg.position_limit, cfg.order_size
@@ -241,7 +241,7 @@ class ReplayMarket:
                 state.own_join[r, side] = msg
         return taken, abs(taken) * cfg.taker_fee_usd
 
-    def _take(self, state: ReplayState, r: int, book: np.ndarray, *, buy: bool, qty: int) -> int:
+    def _take(self, state: LobsterState, r: int, book: np.ndarray, *, buy: bool, qty: int) -> int:
         """Walks the displayed levels (asks for a buy); books the fills; returns contracts filled."""
         done = 0
         col = 0 if buy else 2
@@ -257,7 +257,7 @@ class ReplayMarket:
         state.position[r] += done if buy else -done
         return done
 
-    def observe(self, state: ReplayState) -> np.ndarray:
+    def observe(self, state: LobsterState) -> np.ndarray:
         """Same layout as synthetic.market.SyntheticMarket.observe, from the visible LOBSTER levels (ticks = cents)."""
         cfg = self.cfg
         L = cfg.obs_levels

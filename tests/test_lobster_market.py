@@ -12,7 +12,7 @@ from lobsim_env import Action, LobEnv, LobVectorEnv, MarketConfig
 from lobsim_env.folds import DaySpec, lobster_days, synthetic_days, walk_forward
 from lobsim_env.lobster import samples
 from lobsim_env.lobster.files import LobsterDay, load_day
-from lobsim_env.lobster.market import ReplayMarket, lobster_config
+from lobsim_env.lobster.market import LobsterMarket, lobster_config
 
 DATA = samples.data_dir()
 FILES = {
@@ -28,8 +28,8 @@ def days():
     return {k: load_day(p) for k, p in FILES.items()} if DATA.exists() else {}
 
 
-def market(day: LobsterDay, **kw) -> ReplayMarket:
-    return ReplayMarket(lobster_config(str(day.source), **kw), day)
+def market(day: LobsterDay, **kw) -> LobsterMarket:
+    return LobsterMarket(lobster_config(str(day.source), **kw), day)
 
 
 @needs_data
@@ -131,7 +131,7 @@ def test_passive_queue_semantics_on_handmade_day():
         latency_events=0,
         horizon=9,
     )
-    m = ReplayMarket(cfg, day)
+    m = LobsterMarket(cfg, day)
     s = m.new_state(1)
     m.reset_rows(s, np.arange(1), np.zeros(1, np.uint64))
     s.start[0] = 1  # the agent acts before message 1, against row 0
@@ -161,7 +161,7 @@ def test_crossing_quote_fills_the_agent():
         latency_events=0,
         horizon=9,
     )
-    m = ReplayMarket(cfg, day)
+    m = LobsterMarket(cfg, day)
     s = m.new_state(1)
     m.reset_rows(s, np.arange(1), np.zeros(1, np.uint64))
     s.start[0] = 1
@@ -176,7 +176,7 @@ def test_horizon_longer_than_day_is_a_clear_error():
     day = handmade_day()
     cfg = MarketConfig(source="lobster", lobster_path="handmade", horizon=100)
     with pytest.raises(ValueError, match="horizon"):
-        ReplayMarket(cfg, day)
+        LobsterMarket(cfg, day)
 
 
 # ---- walk-forward folds -----------------------------------------------------------------------------
