@@ -1,7 +1,14 @@
-"""lobsim_env: a batched limit-order-book market (synthetic flow or LOBSTER replay) as Gymnasium envs.
+"""lobsim_env: two limit-order-book markets behind one interface, as Gymnasium envs.
+
+- `market`: what every market is to the envs: the action set, the observation layout, `Market` (the protocol);
+- `synthetic/`: the synthetic market (batched books, a seeded order flow with a planted signal);
+- `lobster/`: the LOBSTER market (a real day's files loaded, its book rebuilt, the agent against its replay);
+- `markets.make_market`: the one place a `MarketConfig` (`config`) picks one of them;
+- `env`: `LobEnv` and the natively batched `LobVectorEnv`, built on any `Market`;
+- `baselines` (reference policies and the one evaluation loop), `folds` (walk-forward days).
 
 `import lobsim_env` registers `foxhunt/LOB-v0` with an `entry_point` (LobEnv) and a `vector_entry_point`
-(LobVectorEnv). Semantics: docs/market.md.
+(LobVectorEnv). Semantics: docs/market.md (docs/lobster.md for LOBSTER's files).
 """
 
 from __future__ import annotations
@@ -10,9 +17,10 @@ import gymnasium as gym
 
 from lobsim_env.baselines import POLICIES, evaluate_policy
 from lobsim_env.config import MarketConfig, MarketConfigError, SyntheticConfig
-from lobsim_env.env import INFO_KEYS, LobEnv, LobVectorEnv, make_market
+from lobsim_env.env import INFO_KEYS, LobEnv, LobVectorEnv
 from lobsim_env.folds import DaySpec, Fold, lobster_days, synthetic_days, walk_forward
 from lobsim_env.market import N_ACTIONS, Action, Market, obs_index, obs_size
+from lobsim_env.markets import make_market
 
 ENV_ID = "foxhunt/LOB-v0"
 

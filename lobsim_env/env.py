@@ -1,7 +1,8 @@
 """The Gymnasium faces of the market: a single `gymnasium.Env` and a natively batched `VectorEnv`.
 
-Both drive the same market object (`synthetic.market.SyntheticMarket`, or `lobster.market.LobsterMarket` for
-LOBSTER days) over a state of B books (B = 1 for the single env), so there is exactly one step function.
+Both drive one `lobsim_env.market.Market` over a state of B books (B = 1 for the single env), so there is exactly
+one step function; they read nothing of it beyond that protocol. The market is the one `markets.make_market` builds
+for the config (the synthetic market, or a replayed LOBSTER day), or one the caller built: `LobEnv(market=m)`.
 
 Seeding: each book's episode is a pure function of a 64-bit key drawn from that book's generator at reset.
 The single env draws it from its `np_random`; the vector env keeps one generator per book, seeded
@@ -21,22 +22,22 @@ from gymnasium.utils import seeding
 from gymnasium.vector import AutoresetMode
 
 from lobsim_env.config import MarketConfig
-from lobsim_env.market import N_ACTIONS, obs_size
-from lobsim_env.synthetic.market import SyntheticMarket
+from lobsim_env.market import N_ACTIONS, Market, obs_size
+from lobsim_env.markets import make_market
 
 INFO_KEYS = ("pnl_usd", "position", "fills", "fees_usd", "equity_usd")
 
 
-def make_market(config: MarketConfig):
-    """The market object for a config: synthetic flow, or a replayed LOBSTER day."""
-    if not isinstance(config, MarketConfig):
-        raise TypeError(f"config={config!r} must be a lobsim_env.MarketConfig (build one from a dict first)")
-    config.validate()
-    if config.source == "lobster":
-        from lobsim_env.lobster.market import LobsterMarket
-
-        return LobsterMarket(config)
-    return SyntheticMarket(config)
+def _config_and_market(config: MarketConfig | None, market: Market | None) -> tuple[MarketConfig, Market]:
+    """The env's market: the one given, else the config's (MarketConfig() by default)."""
+    if market is None:
+        config = MarketConfig() if config is None else config
+        return config, make_market(config)
+    if not isinstance(market, Market):
+        raise TypeError(f"market={market!r} must be a lobsim_env.Market (e.g. lobsim_env.make_market(config))")
+    if config is not None and config != market.cfg:
+        raise ValueError("config differs from market.cfg: pass the market alone (the env reads market.cfg)")
+    return market.cfg, market
 
 
 def _observation_space(config: MarketConfig) -> gym.spaces.Box:
@@ -62,9 +63,10 @@ class LobEnv(gym.Env):
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": [], "autoreset_mode": AutoresetMode.NEXT_STEP}
 
-    def __init__(self, config: MarketConfig | None = None, render_mode: str | None = None):
-        self.config = MarketConfig() if config is None else config
-        self.market = make_market(self.config)
+    def __init__(
+        self, config: MarketConfig | None = None, render_mode: str | None = None, *, market: Market | None = None
+    ):
+        self.config, self.market = _config_and_market(config, market)
         self.observation_space = _observation_space(self.config)
         self.action_space = gym.spaces.Discrete(N_ACTIONS)
         self.render_mode = render_mode
@@ -110,11 +112,17 @@ class LobVectorEnv(gym.vector.VectorEnv):
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": [], "autoreset_mode": AutoresetMode.NEXT_STEP}
 
-    def __init__(self, num_envs: int = 1, config: MarketConfig | None = None, render_mode: str | None = None):
+    def __init__(
+        self,
+        num_envs: int = 1,
+        config: MarketConfig | None = None,
+        render_mode: str | None = None,
+        *,
+        market: Market | None = None,
+    ):
         if not isinstance(num_envs, int) or num_envs < 1:
             raise ValueError(f"num_envs={num_envs!r} must be an int >= 1")
-        self.config = MarketConfig() if config is None else config
-        self.market = make_market(self.config)
+        self.config, self.market = _config_and_market(config, market)
         self.num_envs = num_envs
         self.single_observation_space = _observation_space(self.config)
         self.single_action_space = gym.spaces.Discrete(N_ACTIONS)

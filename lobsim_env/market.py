@@ -1,8 +1,8 @@
 """What a market is to the envs: the action set, the observation layout, one step's result, and `Market`.
 
 Two markets implement `Market`: the synthetic one (`synthetic.market.SyntheticMarket`: a batched book and a seeded order
-flow) and a replayed LOBSTER day (`lobster.market.LobsterMarket`). The Gymnasium envs drive either through this
-interface alone; semantics in docs/market.md.
+flow) and a replayed LOBSTER day (`lobster.market.LobsterMarket`); `markets.make_market` picks one by the config's
+`source`. The Gymnasium envs drive either through this interface alone; semantics in docs/market.md.
 
 Exposure rule (the position limit L), which both markets keep: for every book, position + resting bid size <= L
 and position - resting ask size >= -L at all times. Market orders and joins are clipped to what the rule allows

@@ -242,6 +242,23 @@ def test_config_must_be_a_market_config():
         LobEnv({"horizon": 10})
 
 
+def test_an_env_built_on_a_market_object_is_the_env_of_its_config():
+    a, b = LobVectorEnv(2, market=SyntheticMarket(CFG)), LobVectorEnv(2, CFG)
+    oa, _ = a.reset(seed=9)
+    ob, _ = b.reset(seed=9)
+    assert np.array_equal(oa, ob) and a.config == CFG
+    acts = np.random.default_rng(3).integers(0, 7, (45, 2))
+    for t in range(45):
+        oa, ra, _, ta, _ = a.step(acts[t])
+        ob, rb, _, tb, _ = b.step(acts[t])
+        assert np.array_equal(oa, ob) and np.array_equal(ra, rb) and np.array_equal(ta, tb), t
+    assert LobEnv(CFG, market=SyntheticMarket(CFG)).config == CFG  # the same config twice is fine
+    with pytest.raises(ValueError, match=r"config differs from market\.cfg"):
+        LobEnv(MarketConfig(), market=SyntheticMarket(CFG))
+    with pytest.raises(TypeError, match=r"must be a lobsim_env\.Market"):
+        LobVectorEnv(2, market=CFG)
+
+
 def test_make_vec_sync_mode_matches_native():
     sync = gym.make_vec("foxhunt/LOB-v0", num_envs=3, vectorization_mode="sync", config=CFG)
     native = LobVectorEnv(3, CFG)

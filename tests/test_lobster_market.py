@@ -13,6 +13,7 @@ from lobsim_env.folds import DaySpec, lobster_days, synthetic_days, walk_forward
 from lobsim_env.lobster import samples
 from lobsim_env.lobster.files import LobsterDay, load_day
 from lobsim_env.lobster.market import LobsterMarket, lobster_config
+from tests.test_replay import random_day
 
 DATA = samples.data_dir()
 FILES = {
@@ -51,6 +52,23 @@ def test_visible_book_is_the_files_row(days, name):
             assert np.allclose(obs[r, 15 : 15 + n], row[1::4][:n] / 1000.0)  # ask sizes
             assert np.isclose(obs[r, 20], (row[0] - row[2]) / 100)  # spread in cents
             assert np.isclose(obs[r, 10] - obs[r, 0], (row[0] - row[2]) / 100)  # best ask - best bid offsets
+
+
+def test_an_env_is_built_on_a_market_object_such_as_a_day_in_memory():
+    day = random_day(3, levels=2, n=400)
+    cfg = lobster_config(str(day.source), horizon=10, events_per_step=5)
+    m = LobsterMarket(cfg, day)
+    venv = LobVectorEnv(3, market=m)
+    assert venv.market is m and venv.config is cfg
+    single = LobEnv(market=LobsterMarket(cfg, day))
+    a, _ = venv.reset(seed=4)
+    b, _ = single.reset(seed=5)
+    assert np.array_equal(a[1], b)
+    acts = np.random.default_rng(0).integers(0, len(Action), (10, 3))
+    for t in range(10):
+        oa, ra, _, _, _ = venv.step(acts[t])
+        ob, rb, _, _, _ = single.step(int(acts[t, 1]))
+        assert np.array_equal(oa[1], ob) and ra[1] == rb, t
 
 
 @needs_data
