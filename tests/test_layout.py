@@ -9,6 +9,7 @@ __init__ (e.g. `from lobsim_env import ENV_ID`) is an edge to the package itself
 from __future__ import annotations
 
 import ast
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -110,6 +111,43 @@ def test_no_import_cycle_among_the_repos_modules():
     assert not found, "modules that import each other (move what they share into a module below both):\n" + "\n".join(
         "  " + " <-> ".join(c) for c in found
     )
+
+
+def _inside(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def test_the_two_markets_stand_side_by_side_behind_one_interface():
+    """lobsim_env's layout (docs/market.md): the synthetic and the LOBSTER market never import each other and reach
+    the rest of lobsim_env only through the shared contract (config, market); the envs reach them only through
+    markets.make_market, and the contract imports neither."""
+    g = import_graph()
+    contract = {"lobsim_env.config", "lobsim_env.market"}
+    markets = ("lobsim_env.synthetic", "lobsim_env.lobster")
+    for pkg in markets:
+        members = [m for m in g if _inside(m, pkg)]
+        assert len(members) > 2, pkg
+        for m in members:
+            outside = {d for d in g[m] if _inside(d, "lobsim_env") and not _inside(d, pkg)}
+            assert outside <= contract, f"{m} imports {sorted(outside - contract)}: only lobsim_env.config/.market"
+    for m in (*contract, "lobsim_env.env"):
+        reached = {d for d in g[m] if any(_inside(d, pkg) for pkg in markets)}
+        assert not reached, f"{m} imports {sorted(reached)}: a market is chosen in lobsim_env.markets alone"
+
+
+def test_every_package_folder_is_listed_for_the_wheel():
+    """pyproject lists its packages (it maps cuda/ into learner.ops.csrc); a package folder missing from the list
+    would be missing from the wheel, and an extension module's source from its build."""
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    listed = set(setuptools["packages"])
+    folders = {
+        ".".join(p.parent.relative_to(ROOT).parts) for pkg in PACKAGES for p in (ROOT / pkg).rglob("__init__.py")
+    }
+    assert folders - listed == set(), "add these to [tool.setuptools] packages in pyproject.toml"
+    for ext in setuptools["ext-modules"]:
+        (source,) = ext["sources"]
+        assert (ROOT / source).is_file(), source
+        assert ext["name"] == ".".join(Path(source).with_suffix("").parts) and ext["name"].rpartition(".")[0] in listed
 
 
 if __name__ == "__main__":  # python tests/test_layout.py: the cycles, if any
