@@ -21,9 +21,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lobsim_env.config import SyntheticConfig
-from lobsim_env.engine import OrderBook, Side
 from lobsim_env.synthetic import book as bk
 from lobsim_env.synthetic.flow import SyntheticFlow, hash_draws
+from tests.reference_engine import OrderBook, Side
 
 SIDE = (Side.BID, Side.ASK)  # batched side index -> engine side
 # What each event code means, written out here rather than read from book.py's own tables:

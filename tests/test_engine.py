@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lobsim_env.engine import Fill, MarketResult, Order, OrderBook, Side
+from tests.reference_engine import Fill, MarketResult, Order, OrderBook, Side
 
 BID, ASK = Side.BID, Side.ASK
 

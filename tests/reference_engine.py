@@ -1,9 +1,12 @@
-"""Order-level reference matching engine: the semantics every other book in lobsim_env is held to.
+"""Order-level reference matching engine: the semantics the batched book of lobsim_env is held to.
 
 One book, one Python object per resting order, integer price ticks and integer sizes, price-time priority.
 It is deliberately plain (dicts of insertion-ordered dicts) so that it is obviously right; the fast path is
-the batched structure-of-arrays book in `lobsim_env.synthetic.book`, tested against this one event by event. The rules
-are written out in docs/engine.md.
+the batched structure-of-arrays book in `lobsim_env.synthetic.book`, tested against this one event by event
+(tests/test_book_vs_engine.py). The rules are written out in docs/engine.md.
+
+It lives with the tests because it is a test oracle: nothing that runs (the envs, either market, an evaluation)
+steps it, and only the tests consult it.
 
 - `limit` matches against the opposite side while the limit price allows, at each maker's price (the taker
   gets any price improvement), then rests the remainder at the back of its price's queue.
