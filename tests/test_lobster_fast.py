@@ -31,7 +31,7 @@ from lobsim_env.lobster.files import (
     load_day,
 )
 from tests.test_lobster import BOOK, DATA, MESSAGES, STEM, needs_data
-from tests.test_replay import EXPECTED, random_day, small_day
+from tests.test_lobster_reconstruct import EXPECTED, random_day, small_day
 
 pytestmark = pytest.mark.skipif(
     files._C is None, reason="the compiled parser is not built (pip install -e . without a C compiler)"

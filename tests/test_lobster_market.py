@@ -13,7 +13,7 @@ from lobsim_env.folds import DaySpec, lobster_days, synthetic_days, walk_forward
 from lobsim_env.lobster import samples
 from lobsim_env.lobster.files import LobsterDay, load_day
 from lobsim_env.lobster.market import LobsterMarket, lobster_config
-from tests.test_replay import random_day
+from tests.test_lobster_reconstruct import random_day
 
 DATA = samples.data_dir()
 FILES = {

@@ -16,7 +16,7 @@ file's row k-1 as that book: vectorised in numpy, or one C loop over the rows wh
 module is built (lobsim_env/lobster/_lobster_fast.c; identical results, tests/test_lobster_fast.py).
 `replay_sequential` carries its own state from the opening book, one message at a time, and is the plain
 reference; where no row differs for an unexplained reason the two are identical row by row
-(tests/test_replay.py), since by induction every state the sequential replay carries equals the file's row.
+(tests/test_lobster_reconstruct.py), since by induction every state the sequential replay carries equals the file's row.
 """
 
 from __future__ import annotations
