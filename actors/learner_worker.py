@@ -15,17 +15,21 @@ caller fetches and stages the next payloads: the GPU, not the host, sets the pac
 one GPU host"). Policy weights are copied to pinned memory after each payload's steps, asynchronously;
 `policy_weights()` hands out the newest copy that has landed.
 
-Checkpoints go to run_dir/checkpoints/ckpt_<step>.pt, written to a temporary file and renamed, so a crash never
-leaves half a checkpoint under the final name; the newest `keep` are kept. A checkpoint holds the Learner's
-state (replay included: a resume continues bit-exactly on the learner side), the episode totals and the bad
-payload count, so a resumed run's diag continues its cumulative fields. A checkpoint first finishes every queued
-step; their diags are returned by the next `train` or `drain`.
+A checkpoint is bytes, never a file written here: `checkpoint()` returns one, and the periodic ones wait in
+`take_checkpoints()` for the caller, who writes them into the run folder with `write_checkpoint` (the serial loop
+in its process; in Ray mode the monitor actor on the driver's node, so a learner on another node never needs the
+run folder's disk: foxhunt_ray.remote). `write_checkpoint` writes run_dir/checkpoints/ckpt_<step>.pt to a
+temporary file, fsyncs and renames it, so a crash never leaves half a checkpoint under the final name, and keeps
+the newest KEEP_CHECKPOINTS. A checkpoint holds the Learner's state (replay included: a resume continues
+bit-exactly on the learner side), the episode totals and the bad payload count, so a resumed run's diag continues
+its cumulative fields. A checkpoint first finishes every queued step; their diags are returned by the next `train`
+or `drain`. `load` takes a file or the bytes of one (a learner on another node gets them from the driver).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
+import io
 import re
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -35,6 +39,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from actors.files import write_atomic
 from actors.rollout import EpisodeStats
 from actors.wire import DEFAULT_LIMITS, PayloadDecoder, WireLimits
 from learner.config import LearnerConfig
@@ -43,6 +48,9 @@ from learner.replay import BATCH_DTYPES, rollout_from_batch
 
 CHECKPOINT_DIR = "checkpoints"
 RUN_CHECKPOINT_FORMAT = "foxhunt_ray.run/1"
+KEEP_CHECKPOINTS = 2
+"""Checkpoints a run folder keeps: two, since a resume may need the one before a checkpoint whose diag line was
+never written."""
 _CKPT_NAME = re.compile(r"^ckpt_(\d{8,})\.pt$")
 
 TIMING_KEYS: tuple[str, ...] = (
@@ -84,6 +92,25 @@ def latest_checkpoint(run_dir: str | Path) -> tuple[int, Path] | None:
     return found[-1] if found else None
 
 
+@dataclass(kw_only=True, frozen=True)
+class Checkpoint:
+    """A learner checkpoint in memory: its step and the bytes of ckpt_<step>.pt (torch.save of the state)."""
+
+    step: int
+    data: bytes
+
+
+def write_checkpoint(run_dir: str | Path, checkpoint: Checkpoint, *, keep: int = KEEP_CHECKPOINTS) -> Path:
+    """Writes run_dir/checkpoints/ckpt_<step>.pt whole or not at all (a temporary file, fsync, rename; a failed
+    write removes the temporary file) and removes all but the newest `keep`; returns its path."""
+    path = checkpoint_path(run_dir, checkpoint.step)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, checkpoint.data, sync=True)
+    for _, old in list_checkpoints(run_dir)[:-keep]:
+        old.unlink(missing_ok=True)
+    return path
+
+
 @dataclass(kw_only=True)
 class _Payload:
     """A payload whose steps are queued: their diag values and the device time are read by `_collect`."""
@@ -110,7 +137,7 @@ class _Staging:
 
 class LearnerWorker:
     """Learner + PayloadDecoder + EpisodeStats + checkpoints; methods: train, drain, policy_weights, checkpoint,
-    load, timings."""
+    take_checkpoints, load, timings."""
 
     def __init__(
         self,
@@ -118,22 +145,17 @@ class LearnerWorker:
         *,
         obs_dim: int,
         n_actions: int,
-        run_dir: str | Path,
         seed: int = 0,
         device: str | None = None,
         checkpoint_every: int | None = None,
         checkpoint_interval_s: float = 0.0,
         limits: WireLimits = DEFAULT_LIMITS,
-        keep: int = 2,
         has_pnl: bool = True,
     ):
-        """checkpoint_every: M, write a checkpoint once the step passes a multiple of M (None: only when asked),
-        and no sooner than checkpoint_interval_s seconds after the last one. keep: how many checkpoints stay on
-        disk (two: resume may need the one before a checkpoint whose diag line was never written). has_pnl: the
-        env reports pnl_usd (the market; EpisodeStats.has_pnl)."""
+        """checkpoint_every: M, take a checkpoint once the step passes a multiple of M (None: only when asked),
+        and no sooner than checkpoint_interval_s seconds after the last one; it waits in take_checkpoints().
+        has_pnl: the env reports pnl_usd (the market; EpisodeStats.has_pnl)."""
         errs = []
-        if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
-            errs.append(f"keep={keep!r} must be an int >= 1 (checkpoints kept on disk)")
         m = checkpoint_every
         if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m < 1):
             errs.append(f"checkpoint_every={m!r} must be None or an int >= 1")
@@ -150,8 +172,7 @@ class LearnerWorker:
             self.learner.graph.timed = True
         self.decoder = PayloadDecoder(limits=limits)
         self.stats = EpisodeStats(has_pnl=has_pnl)
-        self.run_dir = Path(run_dir)
-        self.keep = keep
+        self._outbox: list[Checkpoint] = []  # periodic checkpoints the caller has not taken yet
         self.checkpoint_every = checkpoint_every
         self.checkpoint_interval_s = float(checkpoint_interval_s)
         self._last_checkpoint = (self.learner.step, time.monotonic())
@@ -181,7 +202,7 @@ class LearnerWorker:
         out = self._collect(keep_last=not wait)
         if self._checkpoint_due():
             out += self._collect(keep_last=False)
-            self.checkpoint()
+            self._outbox.append(self.checkpoint())
         return out
 
     def starved(self) -> str | None:
@@ -366,13 +387,11 @@ class LearnerWorker:
             m and self.learner.step // m > last_step // m and time.monotonic() - last_time >= self.checkpoint_interval_s
         )
 
-    def checkpoint(self) -> str:
-        """Finishes every queued step, then writes run_dir/checkpoints/ckpt_<step>.pt atomically and prunes to the
-        newest `keep`; returns its path."""
+    def checkpoint(self) -> Checkpoint:
+        """Finishes every queued step, then returns the checkpoint of this step (write it with
+        `write_checkpoint`)."""
         t0 = time.perf_counter()
         self._done += self._collect(keep_last=False)
-        path = checkpoint_path(self.run_dir, self.learner.step)
-        path.parent.mkdir(parents=True, exist_ok=True)
         state = {
             "format": RUN_CHECKPOINT_FORMAT,
             "step": self.learner.step,
@@ -380,27 +399,29 @@ class LearnerWorker:
             "stats": dataclasses.asdict(self.stats),
             "bad_payloads": self.decoder.bad_payloads,
         }
-        tmp = path.with_name(path.name + ".tmp")
-        with open(tmp, "wb") as f:
-            torch.save(state, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        for _, old in list_checkpoints(self.run_dir)[: -self.keep]:
-            old.unlink(missing_ok=True)
+        buf = io.BytesIO()
+        torch.save(state, buf)
         self._last_checkpoint = (self.learner.step, time.monotonic())
         self._seconds["checkpoint_s"] += time.perf_counter() - t0
-        return str(path)
+        return Checkpoint(step=self.learner.step, data=buf.getvalue())
 
-    def load(self, path: str | Path) -> int:
-        """Restores a checkpoint written by `checkpoint`; returns its learner step."""
+    def take_checkpoints(self) -> list[Checkpoint]:
+        """The periodic checkpoints taken since the last call, oldest first (the caller writes them)."""
+        out, self._outbox = self._outbox, []
+        return out
+
+    def load(self, source: str | Path | bytes) -> int:
+        """Restores a checkpoint (a file, or its bytes); returns its learner step."""
+        what = f"checkpoint {source}" if not isinstance(source, bytes) else f"the checkpoint's {len(source):,} bytes"
         try:
-            state = torch.load(path, map_location="cpu", weights_only=True)
+            state = torch.load(
+                io.BytesIO(source) if isinstance(source, bytes) else source, map_location="cpu", weights_only=True
+            )
         except Exception as err:  # torch raises several types for a bad file; name the file and the fix
-            raise ValueError(f"cannot read checkpoint {path}: {err}; resume from another checkpoint") from None
+            raise ValueError(f"cannot read {what}: {err}; resume from another checkpoint") from None
         if not isinstance(state, dict) or state.get("format") != RUN_CHECKPOINT_FORMAT:
             got = state.get("format") if isinstance(state, dict) else type(state).__name__
-            raise ValueError(f"{path} is not a run checkpoint: format={got!r}, expected {RUN_CHECKPOINT_FORMAT!r}")
+            raise ValueError(f"{what} is not a run checkpoint: format={got!r}, expected {RUN_CHECKPOINT_FORMAT!r}")
         self._collect(keep_last=False)
         self._done = []
         self.learner.load_state_dict(state["learner"])

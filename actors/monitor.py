@@ -161,6 +161,11 @@ def load_baseline(path: str | Path) -> dict[int, dict]:
     return {r["step"]: r for r in records}
 
 
+def run_tag(run_dir: str | Path) -> str:
+    """The gauges' `run` tag: the run folder's last three parts, <code_sha>/<name>/<fold>."""
+    return "/".join(Path(run_dir).absolute().parts[-3:])
+
+
 class RayGauges:
     """Ray metrics for the dashboard, created lazily once and only when Ray is initialised in this process."""
 
@@ -209,8 +214,8 @@ class Monitor:
         self.stamp = to_json_value(dict(stamp or {}), "stamp")
         baseline = load_baseline(baseline_diag) if baseline_diag is not None else None
         self.rules = KillRules(kill, baseline)
-        # the run, not only the fold: two runs of fold 0 (other code) must not overwrite each other's gauges
-        self.gauges = RayGauges(f"{self.run_dir.parent.name}/{self.run_dir.name}")
+        # the run, not only the fold: two runs of fold 0 must not overwrite each other's gauges
+        self.gauges = RayGauges(run_tag(self.run_dir))
         self.tensorboard: EventWriter | None = None  # opened at the first record (beside diag.jsonl)
         self._tensorboard_restart = resume_at
         self.last: dict | None = None

@@ -52,7 +52,7 @@ def train(
     cmd += list(choices)
     print("$", " ".join(cmd), flush=True)
     done = subprocess.run(cmd, cwd=ROOT, check=False)
-    found = sorted(runs.glob("*/0"))
+    found = sorted(runs.glob("*/*/0"))  # OUT/<code_sha>/<name>/<fold>
     if done.returncode not in (0, 3) or not found:
         raise SystemExit(f"training {preset} seed {seed} failed (exit {done.returncode}); see its output above")
     return found[-1]

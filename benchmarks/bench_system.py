@@ -126,7 +126,7 @@ def system_run(args: argparse.Namespace, out: Path) -> dict:
     gpu.stop()
     if code != 0:
         raise SystemExit(f"the run {argv} exited {code}")
-    (run_dir,) = out.glob("*/0")
+    (run_dir,) = out.glob("*/*/0")  # OUT/<code_sha>/<name>/<fold>
     recs = step_records(read_diag(run_dir / "diag.jsonl"))
     config = json.loads((run_dir / "config.json").read_text())
     a, b = recs[len(recs) // 2] if recs else None, recs[-1] if recs else None

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -52,7 +51,6 @@ def main(spec: dict) -> None:
         cfg.learner,
         obs_dim=obs_size(cfg.market),
         n_actions=N_ACTIONS,
-        run_dir=tempfile.mkdtemp(prefix="sweep_"),
         seed=cfg.seed,
         device=device,
     )

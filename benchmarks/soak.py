@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         ray.shutdown()
     wall = time.time() - t0
-    (run_dir,) = sorted(out.glob("*/0"))[-1:]
+    (run_dir,) = sorted(out.glob("*/*/0"))[-1:]  # OUT/<code_sha>/<name>/<fold>
     steps = [int(r["step"]) for r in step_records(read_diag(run_dir / "diag.jsonl"))]
     complete = steps == list(range(1, args.steps + 1))
     summary = json.loads((run_dir / "summary.json").read_text())

@@ -3,13 +3,19 @@
 It resolves the preset and the `--set` overrides into one RunConfig, validates it (every bad value at once, the
 env's too: `--env-id` must name a registered Gymnasium env with a 1-D Box observation and a Discrete action
 space, whose spaces size the learner; actors.rollout.probe_env),
-stamps the code (foxhunt_ray.provenance) and refuses a mismatch with `--expect-code-sha`, creates
-`<out>/<code_sha>/<fold>/` with config.json, diag.jsonl, summary.json and checkpoints/, and runs the roles
-(foxhunt_ray.loops):
+stamps the code (foxhunt_ray.provenance) and refuses a mismatch with `--expect-code-sha`, creates the run folder
+`<out>/<code_sha>/<name>/<fold>/` (the name: `--name`, else preset, env, seed and start time;
+foxhunt_ray.run_folder) with config.json, diag.jsonl, summary.json and checkpoints/, points `<out>/latest` at it,
+and runs the roles (foxhunt_ray.loops):
 
 - serial (`--serial`): rollout workers, the learner worker and the monitor in this process, no Ray;
 - Ray: rollout actors, the learner actor and the monitor actor (foxhunt_ray.remote), driven with `ray.wait`;
-  the monitor actor is pinned to the driver's node, where the run folder is.
+  the monitor actor is pinned to the driver's node, where the run folder is, and writes every file the actors
+  make there, the learner's checkpoints included (they come through the object store: the learner may run on
+  any node, `--learner-resources` places it).
+
+With `--storage ROOT` the run folder is also copied to ROOT/<code_sha>/<name>/<fold>/ when the run starts, after
+each checkpoint and when it ends (foxhunt_ray.storage); `--resume` takes such a URI and copies the run back first.
 
 Either way the learner worker checkpoints every `--checkpoint-every` updates; weights go to the rollout workers
 every `--broadcast-every` updates (one object, shared by every worker). A kill by a rule keeps a checkpoint and
@@ -41,12 +47,24 @@ from actors.kill_rules import EXIT_ERROR, EXIT_OK
 from actors.learner_worker import list_checkpoints
 from actors.monitor import DIAG_FILE, SUMMARY_FILE, DiagFileError, Monitor, load_baseline, read_diag, step_records
 from actors.rollout import EnvSpaces, is_market, probe_env
-from foxhunt_ray import provenance
+from foxhunt_ray import provenance, run_folder
 from foxhunt_ray.config import ConfigError, RunConfig, apply_overrides, from_dict, market_reward_scale
 from foxhunt_ray.loops import Hook, LearnerLost, Progress, run_ray, run_serial
 from foxhunt_ray.plan import DriverConfig, Plan
 from foxhunt_ray.presets import PRESET_NAMES, SETTINGS, SIZING_NAMES, SIZINGS, run_preset
-from foxhunt_ray.run_folder import RunLock, accept_config_change, config_changes, record_config, resume_point
+from foxhunt_ray.run_folder import (
+    RunLock,
+    accept_config_change,
+    check_name,
+    config_changes,
+    out_of,
+    point_latest,
+    record_config,
+    resolve_run_dir,
+    resume_point,
+    run_name,
+)
+from foxhunt_ray.storage import RunStorage, check_root, is_uri, root_of, split_run_uri
 from lobsim_env import ENV_ID
 
 CONFIG_FILE = "config.json"
@@ -109,10 +127,38 @@ def parse_args(argv: list[str] | None, prog: str, defaults: EntryDefaults | None
     p.add_argument("--envs-per-worker", type=int, default=None, help="books per rollout worker (rollout.num_envs)")
     p.add_argument("--fold", type=int, default=None, help="walk-forward fold (default 0)")
     p.add_argument("--seed", type=int, default=None, help="base seed (default 0)")
-    p.add_argument("--out", default="runs", help="runs root: the run folder is OUT/<code_sha>/<fold>/")
+    p.add_argument(
+        "--out",
+        default="runs",
+        help="runs root: the run folder is OUT/<code_sha>/<name>/<fold>/; OUT/latest points there",
+    )
+    p.add_argument(
+        "--name",
+        default=None,
+        help="the run's name, its folder below <code_sha> (default: <preset>-<env>-s<seed>-<UTC start time>)",
+    )
+    p.add_argument(
+        "--storage",
+        default=None,
+        metavar="ROOT",
+        help="also keep the run folder at ROOT/<code_sha>/<name>/<fold>/: a path or a URI (file://, s3:// with s3fs, "
+        "...), copied at the start, after each checkpoint and at the end; --resume and evaluate read it back",
+    )
+    p.add_argument(
+        "--learner-resources",
+        default=None,
+        metavar="JSON",
+        help='Ray mode: custom resources for the learner actor, e.g. \'{"learner_node": 1}\' to place it on the node '
+        "started with `ray start --resources '{\"learner_node\": 1}'`",
+    )
     p.add_argument("--baseline", default=None, metavar="RUN_DIR", help="baseline run for the l_q and pnl rules")
     p.add_argument("--expect-code-sha", default=None, help="refuse to start unless code_sha or content hash is this")
-    p.add_argument("--resume", default=None, metavar="RUN_DIR", help="continue this run from its newest checkpoint")
+    p.add_argument(
+        "--resume",
+        default=None,
+        metavar="RUN_DIR",
+        help="continue this run from its newest checkpoint (a run folder, OUT/latest, or its --storage URI)",
+    )
     p.add_argument(
         "--resume-checkpoint",
         default=None,
@@ -261,6 +307,17 @@ def resolve(args: argparse.Namespace) -> Plan:
     except ConfigError as err:
         errs += err.errors
     flags = _driver_flags(args)
+    name = args.name
+    if name is None:
+        made = run_name(preset=config.preset, env_id=str(config.env_id), seed=config.seed, started=time.time())
+        name = _free_name(Path(args.out), sha, made, flags.get("fold", 0))
+    elif (why := check_name(name)) is not None:
+        errs.append(why)
+    flags["name"] = name
+    if args.storage is not None:
+        if (why := check_root(args.storage)) is not None:
+            errs.append(why)
+        flags["storage"] = root_of(args.storage)
     flags.setdefault("steps", defaults.steps)
     flags.setdefault("rollout_workers", defaults.rollout_workers)
     if defaults.max_payloads_waiting is not None:
@@ -288,13 +345,14 @@ def resolve(args: argparse.Namespace) -> Plan:
         errs += memory.errors(config, driver, spaces)
     if errs or spaces is None:
         raise ConfigError(errs)
-    run_dir = Path(args.out) / sha / str(driver.fold)
+    run_dir = run_folder.run_dir(args.out, sha, driver.name, driver.fold)
     note = check_fresh(run_dir)
     return Plan(
         config=config,
         driver=driver,
         spaces=spaces,
         run_dir=run_dir,
+        out=Path(args.out),
         code_sha=sha,
         baseline=args.baseline,
         serial=args.serial,
@@ -305,6 +363,16 @@ def resolve(args: argparse.Namespace) -> Plan:
     )
 
 
+def _free_name(out: Path, sha: str, name: str, fold) -> str:
+    """name, or name-2, name-3, ... when a run started in the same second with the same preset, env and seed
+    already holds OUT/<code_sha>/<name>/<fold> (a name the user gave is never changed: check_fresh refuses it)."""
+    n, free = 1, name
+    while run_folder.run_dir(out, sha, free, fold).exists():
+        n += 1
+        free = f"{name}-{n}"
+    return free
+
+
 def check_fresh(run_dir: Path) -> str | None:
     """None for a folder a new run may take; a note when it holds a run that ended before its first checkpoint
     (nothing there to resume from, so a new run takes its place); UsageError when it holds a run to resume."""
@@ -313,7 +381,7 @@ def check_fresh(run_dir: Path) -> str | None:
     if list_checkpoints(run_dir):
         raise UsageError(
             f"run folder {run_dir} already holds a run: continue it with --resume {run_dir}, "
-            "or pick another --out or --fold"
+            "or pick another --name, --out or --fold"
         )
     diag = run_dir / DIAG_FILE
     n = diag.read_bytes().count(b"\n") if diag.exists() else 0
@@ -385,7 +453,23 @@ def _driver_flags(args: argparse.Namespace) -> dict:
         "max_payloads_waiting",
         "time_limit_s",
     )
-    return {n: getattr(args, n) for n in names if getattr(args, n) is not None}
+    flags = {n: getattr(args, n) for n in names if getattr(args, n) is not None}
+    if getattr(args, "learner_resources", None) is not None:
+        flags["learner_resources"] = _resources(args.learner_resources)
+    return flags
+
+
+def _resources(text: str) -> dict:
+    """--learner-resources JSON -> a dict (its values are checked by DriverConfig.errors with the others)."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        value = None
+    if not isinstance(value, dict):
+        raise UsageError(
+            f"--learner-resources={text!r} must be a JSON object of custom resources, e.g. '{{\"learner_node\": 1}}'"
+        )
+    return value
 
 
 RUN_CONFIG_FLAGS = (
@@ -399,6 +483,8 @@ RUN_CONFIG_FLAGS = (
     "fold",
     "inject_nan_at",
     "baseline",
+    "name",
+    "storage",
 )
 """Flags that choose a run's config: a resume takes its config.json instead and refuses them (also --set and
 --flip-distill-sign)."""
@@ -412,7 +498,7 @@ def _resolve_resume(args: argparse.Namespace, sha: str) -> Plan:
         raise UsageError(
             f"--resume continues {run_dir} with its own config.json; drop {['--' + f.replace('_', '-') for f in fixed]}"
             " (only --steps, --rollout-workers, --broadcast-every, --checkpoint-every, --checkpoint-interval-s,"
-            " --max-payloads-waiting, --time-limit-s, --serial may change)"
+            " --max-payloads-waiting, --time-limit-s, --learner-resources, --serial may change)"
         )
     try:
         text = (run_dir / CONFIG_FILE).read_text()
@@ -421,6 +507,8 @@ def _resolve_resume(args: argparse.Namespace, sha: str) -> Plan:
         driver = from_dict(DriverConfig, {**saved["driver"], **_driver_flags(args)})
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise UsageError(f"cannot resume {run_dir}: {CONFIG_FILE} unreadable ({err}); pass a run folder") from None
+    if getattr(args, "resume_storage", None):  # resumed from a storage URI: it stays the run's storage
+        driver = dataclasses.replace(driver, storage=args.resume_storage)
     changes = config_changes(run_dir, text) or []
     if changes and not args.allow_config_change:
         raise UsageError(
@@ -467,6 +555,7 @@ def _resolve_resume(args: argparse.Namespace, sha: str) -> Plan:
         driver=driver,
         spaces=spaces,
         run_dir=run_dir,
+        out=out_of(run_dir, driver.name),
         code_sha=sha,
         baseline=saved.get("baseline"),
         resume_step=point.step,
@@ -556,8 +645,8 @@ def main(
     args = parse_args(argv, prog, defaults)
     lock: RunLock | None = None
     try:
-        if args.resume is not None and (Path(args.resume) / CONFIG_FILE).is_file():
-            lock = RunLock.acquire(args.resume)  # before reading it: a writer still at it would move it under us
+        if args.resume is not None:
+            lock = _take_resumed_folder(args)
         return _main(args, lock, ray_init=ray_init, hook=hook, after=after)
     except (UsageError, ValueError, OSError) as err:  # ConfigError, DiagFileError, RunFolderError are ValueErrors
         print(f"error: {err}", file=sys.stderr)
@@ -565,6 +654,27 @@ def main(
     finally:
         if lock is not None:
             lock.release()
+
+
+def _take_resumed_folder(args: argparse.Namespace) -> RunLock | None:
+    """For --resume: the run folder behind OUT/latest, or a storage URI copied into OUT/<code_sha>/<name>/<fold>
+    (args.resume becomes that folder, args.resume_storage the root); its lock, taken before the folder is read
+    (a writer still at it would move it under us) or filled from storage. None when there is no run to lock (the
+    resume then fails, naming the folder)."""
+    if not is_uri(args.resume):
+        args.resume = str(resolve_run_dir(args.resume))
+        return RunLock.acquire(args.resume) if (Path(args.resume) / CONFIG_FILE).is_file() else None
+    root, rel = split_run_uri(args.resume)
+    local = Path(args.out) / rel
+    lock = RunLock.acquire(local)
+    try:
+        got = RunStorage(root, rel).fetch(local)
+    except BaseException:
+        lock.release()
+        raise
+    print(f"copied {len(got)} files of {args.resume} into {local}", file=sys.stderr, flush=True)
+    args.resume, args.resume_storage = str(local), root
+    return lock
 
 
 def _main(args: argparse.Namespace, lock: RunLock | None, *, ray_init, hook, after) -> int:
@@ -597,7 +707,8 @@ def _main(args: argparse.Namespace, lock: RunLock | None, *, ray_init, hook, aft
         while True:
             try:
                 can_restart = restarts < plan.driver.max_learner_restarts
-                return _run(plan, monitor, hook=hook, after=after, restartable=can_restart)
+                code = _run(plan, monitor, hook=hook, after=after, restartable=can_restart)
+                return _last_copy(plan, code)
             except LearnerLost as lost:
                 restarts += 1
                 print(
@@ -632,10 +743,31 @@ def _restart_args(args: argparse.Namespace, plan: Plan, elapsed_s: float) -> arg
     )
 
 
+def _last_copy(plan: Plan, code: int) -> int:
+    """The run folder copied to the run's storage once the run (and `after`, an evaluation) has ended. A copy that
+    fails is an error (exit 1): the user asked for the run there; the run folder on this node is whole."""
+    if not plan.driver.storage:
+        return code
+    store = RunStorage.of_run(plan.driver.storage, plan.run_dir)
+    try:
+        store.sync(plan.run_dir)
+    except (OSError, ValueError) as err:
+        print(
+            f"error: the run folder {plan.run_dir} is whole, but copying it to {store.url} failed "
+            f"({type(err).__name__}: {err}); copy the folder there yourself",
+            file=sys.stderr,
+            flush=True,
+        )
+        return code if code != EXIT_OK else EXIT_ERROR
+    print(f"storage {store.url}", flush=True)
+    return code
+
+
 def _open_run(plan: Plan, stamp: dict) -> Monitor:
     """Under the run folder's lock: the folder checked again (another run may have taken it meanwhile), what the
-    user must know printed, config.json written (a new run) or a config change recorded, and the monitor opened
-    (which cuts diag.jsonl back to the step the run restarts from)."""
+    user must know printed, config.json written (a new run) or a config change recorded, OUT/latest pointed at
+    it, the folder copied to the run's storage, and the monitor opened (which cuts diag.jsonl back to the step
+    the run restarts from)."""
     if plan.fresh:
         note = check_fresh(plan.run_dir)
         plan.notes = (note,) if note else ()
@@ -651,12 +783,18 @@ def _open_run(plan: Plan, stamp: dict) -> Monitor:
         accept_config_change(
             plan.run_dir, (plan.run_dir / CONFIG_FILE).read_text(), plan.resume_step, list(plan.config_change)
         )
+    if plan.out is not None and (note := point_latest(plan.out, plan.run_dir)) is not None:
+        print(f"note: {note}", file=sys.stderr, flush=True)
+    if plan.driver.storage:  # the config files now: storage that cannot be written fails before the run trains
+        RunStorage.of_run(plan.driver.storage, plan.run_dir).sync(plan.run_dir)
     args = (plan.run_dir, plan.config.kill, plan.baseline)
     if plan.serial:
         return Monitor(*args, stamp=stamp, resume_at=plan.monitor_resume_at)
     from foxhunt_ray.remote import MonitorHandle
 
-    return MonitorHandle(*args, stamp=stamp, resume_at=plan.monitor_resume_at)
+    # the folder as this process sees it: an actor's working directory need not be the driver's
+    args = (plan.run_dir.absolute(), *args[1:])
+    return MonitorHandle(*args, stamp=stamp, resume_at=plan.monitor_resume_at, storage=plan.driver.storage)
 
 
 def _run(plan: Plan, monitor, *, hook, after, restartable: bool = False) -> int:
@@ -670,6 +808,8 @@ def _run(plan: Plan, monitor, *, hook, after, restartable: bool = False) -> int:
         f"updates {plan.resume_step}..{plan.driver.steps})",
         flush=True,
     )
+    if plan.driver.storage:
+        print(f"storage {RunStorage.of_run(plan.driver.storage, plan.run_dir).url}", flush=True)
     print(describe(plan), flush=True)
     previous = _sigterm_as_interrupt()
     lost: LearnerLost | None = None

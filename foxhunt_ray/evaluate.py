@@ -8,8 +8,9 @@ run's training books had; `--lobster PATH` plays windows of a replayed LOBSTER d
 day, out of the training distribution: the command says so). It prints a table and keeps the evaluation's own
 record, RUN_DIR/evaluations/<market>-<fold or file>-step<step>-<episodes>ep-....json, plus, for the synthetic
 market, its copy RUN_DIR/evaluation.json (foxhunt_ray/evaluations.py: names, atomic writes, reading); a bad input
-exits 1 with the value and the fix, and nothing in the run folder changes. Metrics and the record's schema:
-docs/evaluation.md.
+exits 1 with the value and the fix, and nothing in the run folder changes. RUN_DIR may be OUT/latest (the newest
+run) or a run's storage URI (`--storage`: copied here first, the record copied back: foxhunt_ray.storage). Metrics
+and the record's schema: docs/evaluation.md.
 """
 
 from __future__ import annotations
@@ -46,6 +47,8 @@ from foxhunt_ray.evaluations import (
 )
 from foxhunt_ray.loops import RESUME_SEED_STRIDE
 from foxhunt_ray.plan import DriverConfig
+from foxhunt_ray.run_folder import resolve_run_dir
+from foxhunt_ray.storage import StorageError, fetch_to_temp, is_uri
 from learner.learner import CHECKPOINT_FORMAT as LEARNER_FORMAT
 from learner.network import NET_FIELDS, MainNet, PolicyNet, flatten_parameters_, main_net, policy_from_weights
 from lobsim_env import ENV_ID, LobVectorEnv, MarketConfig
@@ -86,14 +89,14 @@ def load_run(run_dir: str | Path) -> tuple[RunConfig, DriverConfig, dict]:
     """The run's resolved RunConfig and DriverConfig from its config.json, and the whole file."""
     path = Path(run_dir) / CONFIG_FILE
     if not Path(run_dir).is_dir():
-        raise EvaluationError(f"RUN_DIR={run_dir} is not a folder: pass a run folder OUT/<code_sha>/<fold>/")
+        raise EvaluationError(f"RUN_DIR={run_dir} is not a folder: pass a run folder OUT/<code_sha>/<name>/<fold>/")
     try:
         saved = json.loads(path.read_text())
         run = from_dict(RunConfig, saved["run"]).validate()
         driver = from_dict(DriverConfig, saved["driver"])
     except FileNotFoundError:
         raise EvaluationError(
-            f"{path} does not exist: RUN_DIR must be a run folder OUT/<code_sha>/<fold>/ written by "
+            f"{path} does not exist: RUN_DIR must be a run folder OUT/<code_sha>/<name>/<fold>/ written by "
             "`python -m foxhunt_ray.local` (it holds config.json and checkpoints/)"
         ) from None
     except (OSError, ValueError, KeyError, TypeError) as err:
@@ -325,7 +328,15 @@ def evaluate_run(
     anything is written.
     """
     _check_options(episodes, seed, fold, horizon, head)
-    run_dir = Path(run_dir)
+    if is_uri(str(run_dir)):
+        return _evaluate_stored(
+            str(run_dir),
+            dict(checkpoint=checkpoint, episodes=episodes, seed=seed, fold=fold, lobster_path=lobster_path),
+            dict(horizon=horizon, head=head, progress=progress),
+            out=out,
+            write=write,
+        )
+    run_dir = resolve_run_dir(run_dir)
     run, driver, saved = load_run(run_dir)
     ckpt = resolve_checkpoint(run_dir, checkpoint)
     fold = driver.fold if fold is None else fold
@@ -391,12 +402,40 @@ def evaluate_run(
     return result
 
 
-def written_paths(run_dir: str | Path, result: dict[str, Any], out: str | Path | None = None) -> list[Path]:
-    """Where evaluate_run(write=True) put `result`: `out`, or its record (and evaluation.json when synthetic)."""
+def _evaluate_stored(uri: str, options: dict, more: dict, *, out, write: bool) -> dict[str, Any]:
+    """evaluate_run of a run kept in storage: copied into a temporary folder, evaluated there, its record copied
+    back (or written to `out` alone); the result names the URI as its run_dir and checkpoint."""
+    try:
+        local, store = fetch_to_temp(uri)
+    except (StorageError, OSError) as err:
+        raise EvaluationError(f"cannot read the run {uri}: {err}") from None
+    result = evaluate_run(local, **options, **more, write=False)
+    ckpt = Path(result["checkpoint"])
+    if ckpt.is_relative_to(local):
+        result["checkpoint"] = f"{uri.rstrip('/')}/{ckpt.relative_to(local).as_posix()}"
+    result["run_dir"] = uri
+    if write:
+        try:
+            write_json(Path(out), result) if out is not None else write_record(local, result)
+        except EvaluationRecordError as err:
+            raise EvaluationError(str(err)) from None
+        if out is None:
+            try:
+                store.sync(local)
+            except (OSError, ValueError) as err:
+                raise EvaluationError(f"the evaluation ran, but copying its record to {uri} failed: {err}") from None
+    return result
+
+
+def written_paths(run_dir: str | Path, result: dict[str, Any], out: str | Path | None = None) -> list[Path | str]:
+    """Where evaluate_run(write=True) put `result`: `out`, or its record (and evaluation.json when synthetic); in a
+    run's storage (a URI) as URIs."""
     if out is not None:
         return [Path(out)]
-    paths = [Path(run_dir) / EVALUATIONS_DIR / record_name(result)]
-    return paths + ([Path(run_dir) / EVALUATION_FILE] if result["market"] == SYNTHETIC else [])
+    names = [f"{EVALUATIONS_DIR}/{record_name(result)}"] + ([EVALUATION_FILE] if result["market"] == SYNTHETIC else [])
+    if is_uri(str(run_dir)):
+        return [f"{str(run_dir).rstrip('/')}/{n}" for n in names]
+    return [resolve_run_dir(run_dir) / n for n in names]
 
 
 # ---- the table and the command ----------------------------------------------------------------------------
@@ -429,7 +468,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         prog="python -m foxhunt_ray.evaluate",
         description="A run's checkpoint, greedy, beside flat / random / imbalance / oracle on held-out episodes.",
     )
-    p.add_argument("run_dir", metavar="RUN_DIR", help="a run folder OUT/<code_sha>/<fold>/")
+    p.add_argument(
+        "run_dir",
+        metavar="RUN_DIR",
+        help="a run folder OUT/<code_sha>/<name>/<fold>/, OUT/latest (the newest run), or a run's --storage URI",
+    )
     p.add_argument("--checkpoint", default=None, help="a learner step (e.g. 100) or a checkpoint path (default newest)")
     p.add_argument("--episodes", type=int, default=DEFAULT_EPISODES, help=f"episodes per policy ({DEFAULT_EPISODES})")
     p.add_argument("--fold", type=int, default=None, help="held-out day of this fold (default the run's fold)")
@@ -476,7 +519,7 @@ def main(argv: list[str] | None = None) -> int:
     for path in written_paths(args.run_dir, result, args.out):
         print(f"wrote {path}", flush=True)
     if result["market"] == LOBSTER and args.out is None:
-        print(f"({Path(args.run_dir) / EVALUATION_FILE}, the newest synthetic evaluation, is left as it was)")
+        print(f"({result['run_dir']}/{EVALUATION_FILE}, the newest synthetic evaluation, is left as it was)")
     return 0
 
 

@@ -3,9 +3,10 @@
 
 Both feed every learner step's diag dict to the Monitor: in serial mode a plain Monitor in this process; in
 Ray mode the monitor actor, which takes each update's answer from the learner actor by reference and tells
-the driver of a kill in the answer the driver waits on. The learner worker checkpoints every M updates by
-itself; the loops broadcast weights every K updates and keep a checkpoint at the end, on a kill and on Ctrl-C
-(or SIGTERM).
+the driver of a kill in the answer the driver waits on. The learner worker takes a checkpoint every M updates by
+itself and hands it out as bytes; the loops have it written into the run folder on the driver's node (serial:
+here; Ray: by the monitor actor, which the answer carrying it reaches through the object store), broadcast weights
+every K updates and keep a checkpoint at the end, on a kill and on Ctrl-C (or SIGTERM).
 
 Ray mode waits with `ray.wait` on every outstanding sample and on the oldest in-flight update (two at most:
 one running on the learner actor, one queued, so the learner never waits for the driver); payloads go from a
@@ -24,6 +25,7 @@ from actors.files import write_atomic
 from actors.learner_worker import LearnerWorker
 from actors.monitor import Monitor
 from actors.rollout import EPISODE_RETURN_MEAN, PNL_CUM_USD, RolloutWorker
+from foxhunt_ray.storage import RunStorage, keep_checkpoints
 
 if TYPE_CHECKING:
     from actors.kill_rules import KillDecision
@@ -115,7 +117,6 @@ def learner_kwargs(plan: Plan) -> dict:
         obs_dim=plan.spaces.obs_dim,
         n_actions=plan.spaces.n_actions,
         has_pnl=plan.spaces.has_pnl,
-        run_dir=str(plan.run_dir),
         seed=plan.config.seed,
         checkpoint_every=plan.driver.checkpoint_every,
         checkpoint_interval_s=plan.driver.checkpoint_interval_s,
@@ -185,6 +186,11 @@ def _run_serial(plan: Plan, monitor: Monitor, progress: Progress, hook: Hook | N
     learner = LearnerWorker(cfg.learner, **learner_kwargs(plan))
     if plan.checkpoint is not None:
         learner.load(plan.checkpoint)
+    storage = RunStorage.of_run(drv.storage, plan.run_dir) if drv.storage else None
+
+    def keep(checkpoints) -> None:
+        keep_checkpoints(plan.run_dir, checkpoints, storage)
+
     rollout = cfg.rollout  # its torch_threads is this process's already (run_serial)
     weights = learner.policy_weights()
     workers = [
@@ -196,6 +202,7 @@ def _run_serial(plan: Plan, monitor: Monitor, progress: Progress, hook: Hook | N
     try:
         while learner.step < drv.steps and not drv.out_of_time(start):
             diags = learner.train([workers[i % len(workers)].sample()], stop_at=drv.steps)
+            keep(learner.take_checkpoints())
             i += 1
             if not diags and (why := learner.starved()) is not None:
                 code = _starved(monitor, progress, why)
@@ -214,7 +221,7 @@ def _run_serial(plan: Plan, monitor: Monitor, progress: Progress, hook: Hook | N
                     w.set_weights(weights)
     except KeyboardInterrupt:
         progress.end_line()
-        learner.checkpoint()
+        keep([learner.checkpoint()])
         print(f"interrupted at update {learner.step}: checkpoint kept in {plan.run_dir}", file=sys.stderr)
         return monitor.finish("stopped", "interrupted by the user (Ctrl-C)")
     finally:
@@ -228,7 +235,7 @@ def _run_serial(plan: Plan, monitor: Monitor, progress: Progress, hook: Hook | N
         )
         for w in workers:
             w.stop()
-    learner.checkpoint()
+    keep([learner.checkpoint()])
     return code if code is not None else monitor.finish("done")
 
 
@@ -253,13 +260,14 @@ def run_ray(plan: Plan, monitor: MonitorHandle, progress: Progress, hook: Hook |
     cfg, drv = plan.config, plan.driver
     learner_gpus, worker_gpus = remote.gpu_shares(cfg.rollout, drv.rollout_workers, remote.cluster_has_gpu())
     name = f"{LEARNER_NAME} {plan.run_dir} {uuid.uuid4().hex[:8]}"
-    learner = remote.learner_actor(gpus=learner_gpus).options(name=name).remote(cfg.learner, **learner_kwargs(plan))
+    cls = remote.learner_actor(gpus=learner_gpus, resources=drv.learner_resources)
+    learner = cls.options(name=name).remote(cfg.learner, **learner_kwargs(plan))
     workers: list = []
     drive = _Drive(plan, monitor, progress, learner, hook)
     lost = False
     try:
-        if plan.checkpoint is not None:
-            ray.get(learner.load.remote(str(plan.checkpoint)))
+        if plan.checkpoint is not None:  # its bytes, read here: the learner's node may not see the run folder
+            ray.get(learner.load.remote(plan.checkpoint.read_bytes()))
         weights = learner.policy_weights.remote()  # one object in the store, shared by every worker
         cls = remote.rollout_actor(
             cpus=remote.rollout_cpus(drv.rollout_workers), gpus=worker_gpus, max_restarts=drv.max_worker_restarts
@@ -280,7 +288,7 @@ def run_ray(plan: Plan, monitor: MonitorHandle, progress: Progress, hook: Hook |
         progress.end_line()
         try:  # the steps the learner has queued are finished and recorded, then kept in a checkpoint
             ray.get(monitor.record_update(learner.drain_answer.remote()), timeout=60)
-            ray.get(learner.checkpoint.remote(), timeout=60)
+            ray.get(monitor.keep_checkpoint(learner.checkpoint.remote()), timeout=120)
             print(f"interrupted: checkpoint kept in {plan.run_dir}", file=sys.stderr)
         except Exception as err:  # the actors may be gone with the same Ctrl-C; the periodic checkpoint stays
             print(f"interrupted: no final checkpoint ({err}); the last periodic one stays", file=sys.stderr)
@@ -422,7 +430,7 @@ class _Drive:
                 monitor.last = answer["record"]
                 code = _report(monitor, self.progress, answer["decision"])
         self.end = time.monotonic()
-        ray.get(learner.checkpoint.remote())
+        ray.get(monitor.keep_checkpoint(learner.checkpoint.remote()))
         return code if code is not None else monitor.finish("done")
 
 

@@ -5,8 +5,9 @@ DriverConfig (how the run is driven). The driver resolves a Plan and hands it to
 
 from __future__ import annotations
 
+import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from actors.rollout import EnvSpaces
@@ -22,7 +23,16 @@ class DriverConfig:
     rollout_workers: int = 2
     """Rollout workers (Ray actors, or plain objects in serial mode)."""
     fold: int = 0
-    """Walk-forward fold; the run folder is <out>/<code_sha>/<fold>/."""
+    """Walk-forward fold; the run folder is <out>/<code_sha>/<name>/<fold>/."""
+    name: str = ""
+    """The run's name, its folder below <code_sha> (--name, else preset-env-seed-start time:
+    foxhunt_ray.run_folder.run_name). Empty in config.json of runs from before names (<out>/<code_sha>/<fold>/)."""
+    storage: str = ""
+    """Where the run folder is copied besides the driver's disk (--storage: a path or a URI; foxhunt_ray.storage),
+    '' for none."""
+    learner_resources: dict[str, float] = field(default_factory=dict)
+    """Ray mode: custom resources the learner actor asks for, e.g. {"learner_node": 1} to place it on the node
+    started with `ray start --resources '{"learner_node": 1}'`."""
     broadcast_every: int = 4
     """K: the learner's policy weights go to the rollout workers every K updates."""
     checkpoint_every: int = 100
@@ -58,6 +68,16 @@ class DriverConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < lo:
                 errs.append(f"driver.{name}={v!r} must be an int >= {lo}")
+        res = self.learner_resources
+        if not isinstance(res, dict) or not all(
+            isinstance(k, str) and k and k not in ("CPU", "GPU") and isinstance(v, int | float)
+            and not isinstance(v, bool) and 0 < v < math.inf
+            for k, v in res.items()
+        ):  # fmt: skip
+            errs.append(
+                f"driver.learner_resources={res!r} must be a JSON object of custom resource names and amounts > 0, "
+                'e.g. {"learner_node": 1} (the CPU and GPU the learner takes are chosen by the driver)'
+            )
         for name in ("time_limit_s", "checkpoint_interval_s"):
             t = getattr(self, name)
             if isinstance(t, bool) or not isinstance(t, int | float) or not 0 <= t < float("inf"):
@@ -69,7 +89,6 @@ class DriverConfig:
         return self.time_limit_s > 0 and time.monotonic() - start >= self.time_limit_s
 
 
-
 @dataclass(kw_only=True)
 class Plan:
     """Everything resolved before a run starts."""
@@ -78,6 +97,9 @@ class Plan:
     driver: DriverConfig
     spaces: EnvSpaces
     run_dir: Path
+    """OUT/<code_sha>/<name>/<fold>/ on the driver's node: every file of the run is written there."""
+    out: Path | None
+    """The runs root whose `latest` points at this run when it starts (None: leave any pointer alone)."""
     code_sha: str
     baseline: str | None
     resume_step: int = 0

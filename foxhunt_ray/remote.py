@@ -3,15 +3,20 @@
 - Learner actor: LearnerWorker plus `update_from(refs)`, which fetches rollout payloads itself (the driver never
   pulls payloads through its own process; on the same node Ray hands them over without a copy), trains on them
   leaving the newest payload's steps running on the GPU, and reports a sample lost with a dead rollout actor in
-  its answer instead of raising. A GPU when the cluster has one (half of it when the rollout policies act there).
+  its answer instead of raising. A periodic checkpoint rides in that answer as bytes: the learner never writes
+  to disk, so it may run on any node. A GPU when the cluster has one (half of it when the rollout policies act
+  there); custom resources when the driver is given some (`--learner-resources`, e.g. to pin it to one node).
 - Rollout actors: RolloutWorker with max_restarts and as many task retries, so a sample in flight when its actor
   died is run again on the restarted actor. A restarted actor reruns its constructor, weights included. A share
   of the GPU when their policies act on it (RolloutConfig.policy_device; gpu_shares).
 - Monitor actor: Monitor plus `record_update(answer)`, which takes the learner actor's answer straight from the
   object store (the driver passes the answer's ref) and records its diags in order, so diag.jsonl, the kill
   rules and the dashboard gauges live in their own actor. It is pinned to the driver's node, where the run
-  folder is. `MonitorHandle` gives the driver the calls it makes on a plain Monitor (finish, close, last,
-  exit_code).
+  folder is, and writes the checkpoints that come in the learner's answers (or from `keep_checkpoint`) there,
+  copying the folder to the run's storage after each (foxhunt_ray.storage): every file of a run reaches the
+  driver's node whatever node made it; the answer travels from the learner's node to the monitor's through the
+  object store. `MonitorHandle` gives the driver the calls it makes on a plain Monitor (finish, close, last,
+  exit_code) and `keep_checkpoint`.
 """
 
 from __future__ import annotations
@@ -21,9 +26,10 @@ import time
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from actors.learner_worker import LearnerWorker
+from actors.learner_worker import Checkpoint, LearnerWorker
 from actors.monitor import Monitor
 from actors.rollout import RolloutConfig, RolloutWorker
+from foxhunt_ray.storage import RunStorage, keep_checkpoints
 
 LEARNER_CPUS = 1.0
 
@@ -41,7 +47,8 @@ class RayLearnerWorker(LearnerWorker):
         """train() on the payloads behind refs, fetched here (zero-copy from this node's object store), leaving
         the newest payload's steps running (LearnerWorker.train(wait=False)). Answers {"diags": [...], "lost":
         [why, ...] for samples lost with their rollout actor, "step": the learner step with queued steps,
-        "starved": why the run cannot go on when every recent payload was bad (LearnerWorker.starved), else None}."""
+        "starved": why the run cannot go on when every recent payload was bad (LearnerWorker.starved), else None,
+        "checkpoints": the periodic checkpoints taken (LearnerWorker.take_checkpoints), for the monitor to write}."""
         t0 = time.perf_counter()
         sec = self._ray_seconds
         if self._last_return is not None:
@@ -56,11 +63,17 @@ class RayLearnerWorker(LearnerWorker):
         sec["calls"] += 1
         diags = self.train(payloads, wait=False, stop_at=stop_at)
         self._last_return = time.perf_counter()
-        return {"diags": diags, "lost": lost, "step": self.step, "starved": self.starved()}
+        return {
+            "diags": diags,
+            "lost": lost,
+            "step": self.step,
+            "starved": self.starved(),
+            "checkpoints": self.take_checkpoints(),
+        }
 
     def drain_answer(self) -> dict:
         """drain() in update_from's answer format."""
-        return {"diags": self.drain(), "lost": [], "step": self.step}
+        return {"diags": self.drain(), "lost": [], "step": self.step, "checkpoints": self.take_checkpoints()}
 
     def timings(self) -> dict[str, float]:
         return {**super().timings(), **self._ray_seconds}
@@ -92,8 +105,9 @@ def gpu_shares(rollout: RolloutConfig, n_workers: int, has_gpu: bool) -> tuple[f
     return 1.0 - ROLLOUT_GPU_SHARE, round(ROLLOUT_GPU_SHARE / max(n_workers, 1), 4)
 
 
-def learner_actor(*, gpus: float):
-    return ray.remote(num_cpus=LEARNER_CPUS, num_gpus=gpus)(RayLearnerWorker)
+def learner_actor(*, gpus: float, resources: dict[str, float] | None = None):
+    """The learner actor's class: LEARNER_CPUS, `gpus`, and any custom resources (DriverConfig.learner_resources)."""
+    return ray.remote(num_cpus=LEARNER_CPUS, num_gpus=gpus, resources=dict(resources or {}))(RayLearnerWorker)
 
 
 def rollout_actor(*, cpus: float, gpus: float = 0.0, max_restarts: int):
@@ -103,21 +117,26 @@ def rollout_actor(*, cpus: float, gpus: float = 0.0, max_restarts: int):
 
 
 class RayMonitor(Monitor):
-    """Monitor inside its own actor."""
+    """Monitor inside its own actor, on the driver's node: also the writer of the learner's checkpoints there."""
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, storage: str = "", **kwargs):
+        """storage: the run's storage root ('' for none): the run folder is copied there after each checkpoint."""
         super().__init__(*args, **kwargs)
-        self._record_s = 0.0
+        self.storage = RunStorage.of_run(storage, self.run_dir) if storage else None
+        self._seconds = {"record_s": 0.0, "checkpoint_write_s": 0.0, "checkpoint_bytes": 0.0, "checkpoints": 0.0}
 
     def record_update(self, answer: dict) -> dict:
-        """record() for each diag of a learner answer (RayLearnerWorker.update_from), in order, up to a kill:
-        {"record": the last line recorded (None if none), "n": lines recorded, "decision", "lost", "step"}; or
-        {"after_end": True, ...} for an answer that comes after a rule ended the run: the run is over at the
-        kill's step, so its diags get no line (Monitor.record would refuse them)."""
+        """record() for each diag of a learner answer (RayLearnerWorker.update_from), in order, up to a kill, then
+        the answer's checkpoints written (their steps' lines are in the same answer, so diag.jsonl reaches a
+        checkpoint's step before its file exists): {"record": the last line recorded (None if none), "n": lines
+        recorded, "decision", "lost", "step"}; or {"after_end": True, ...} for an answer that comes after a rule
+        ended the run: the run is over at the kill's step, so its diags get no line (Monitor.record would refuse
+        them)."""
         base = {"lost": answer["lost"], "step": answer["step"]}
         if answer.get("starved"):  # every recent payload bad: the driver ends the run (LearnerWorker.starved)
             base["starved"] = answer["starved"]
         if self.exit_code is not None:
+            self._keep(answer.get("checkpoints") or [])
             return {**base, "after_end": True}
         t0 = time.perf_counter()
         decision, n = None, 0
@@ -126,11 +145,30 @@ class RayMonitor(Monitor):
             n += 1
             if decision is not None:
                 break
-        self._record_s += time.perf_counter() - t0
+        self._seconds["record_s"] += time.perf_counter() - t0
+        self._keep(answer.get("checkpoints") or [])
         return {**base, "record": self.last if n else None, "n": n, "decision": decision}
 
+    def keep_checkpoint(self, checkpoint: Checkpoint) -> str:
+        """Writes a checkpoint the driver asked the learner for (the end of the run, a kill, Ctrl-C); its path."""
+        return str(self._keep([checkpoint])[0])
+
+    def _keep(self, checkpoints: list[Checkpoint]) -> list:
+        if not checkpoints:
+            return []
+        t0 = time.perf_counter()
+        written = keep_checkpoints(self.run_dir, checkpoints, self.storage)
+        sec = self._seconds
+        sec["checkpoint_write_s"] += time.perf_counter() - t0
+        sec["checkpoint_bytes"] += sum(len(c.data) for c in checkpoints)
+        sec["checkpoints"] += len(checkpoints)
+        return written
+
     def timings(self) -> dict[str, float]:
-        return {"record_s": self._record_s}
+        """record_s; checkpoint_write_s (writing the checkpoints and copying the folder to storage, whose share is
+        storage_sync_s), checkpoint_bytes, checkpoints."""
+        extra = {f"storage_{k}": v for k, v in self.storage.seconds.items()} if self.storage else {}
+        return {**self._seconds, **extra}
 
     def ready(self) -> bool:
         return True
@@ -150,6 +188,10 @@ class MonitorHandle:
         """The monitor's answer (see RayMonitor.record_update) once the learner's update behind the ref is done;
         actor tasks from one caller run in order, so lines are appended in step order."""
         return self.actor.record_update.remote(update_ref)
+
+    def keep_checkpoint(self, checkpoint_ref) -> ray.ObjectRef:
+        """The checkpoint behind the ref (the learner's `checkpoint()`) written into the run folder: its path."""
+        return self.actor.keep_checkpoint.remote(checkpoint_ref)
 
     def finish(self, status: str = "done", message: str | None = None) -> int:
         self.exit_code = ray.get(self.actor.finish.remote(status, message))

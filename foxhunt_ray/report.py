@@ -1,6 +1,7 @@
 """`python -m foxhunt_ray.report RUN_DIR [RUN_DIR ...]`: plots and a side-by-side table of runs.
 
-Reads each run folder (OUT/<code_sha>/<fold>/: config.json, diag.jsonl, summary.json, and the evaluation records
+Reads each run folder (OUT/<code_sha>/<name>/<fold>/, OUT/latest for the newest run, or a run's `--storage` URI,
+copied into a temporary folder first: config.json, diag.jsonl, summary.json, and the evaluation records
 `python -m foxhunt_ray.evaluate` keeps, evaluations/*.json, or an older run's evaluation.json) and writes, into
 `--out` (default `reports/<timestamp>/`):
 
@@ -52,6 +53,8 @@ from foxhunt_ray.evaluations import (
     read_evaluations,
     short_caveat,
 )
+from foxhunt_ray.run_folder import LATEST, resolve_run_dir
+from foxhunt_ray.storage import StorageError, fetch_to_temp, is_uri
 from learner.diag import LOSS_KEYS
 
 if TYPE_CHECKING:
@@ -143,10 +146,12 @@ def _read_json(path: Path, what: str, fix: str) -> dict | None:
 
 
 def _runs_below(path: Path) -> list[Path]:
-    """Run folders under `path` (OUT/<code_sha>/<fold>/ below a runs root or a code_sha folder)."""
-    found = sorted(p.parent for p in path.glob(f"*/{DIAG_FILE}")) + sorted(
-        p.parent for p in path.glob(f"*/*/{DIAG_FILE}")
-    )
+    """Run folders under `path` (OUT/<code_sha>/<name>/<fold>/ below a runs root, a code_sha or a name folder; the
+    OUT/latest pointer left out: it names one of them)."""
+    found = []
+    for pattern in ("*", "*/*", "*/*/*"):
+        diags = path.glob(f"{pattern}/{DIAG_FILE}")
+        found += sorted(p.parent for p in diags if LATEST not in p.relative_to(path).parts)
     return found
 
 
@@ -193,17 +198,26 @@ def _ends_torn(path: Path) -> bool:
 
 
 def load_run(run_dir: str | Path) -> Run:
-    """Reads one run folder; raises ReportError naming the path and the fix."""
-    path = Path(run_dir)
+    """Reads one run folder (or OUT/latest, or a run's storage URI); raises ReportError naming the path and the
+    fix."""
+    if is_uri(str(run_dir)):
+        try:
+            path, _ = fetch_to_temp(str(run_dir), checkpoints=False)  # a report reads no checkpoint
+        except (StorageError, OSError) as err:
+            raise ReportError(f"cannot read the run {run_dir}: {err}") from None
+    else:
+        path = resolve_run_dir(run_dir)
     if not path.is_dir():
-        raise ReportError(f"run folder {path} does not exist: pass a run folder OUT/<code_sha>/<fold>/ (e.g. runs/…/0)")
+        raise ReportError(
+            f"run folder {path} does not exist: pass a run folder OUT/<code_sha>/<name>/<fold>/ (e.g. runs/latest)"
+        )
     diag_path = path / DIAG_FILE
     if not diag_path.is_file():
         below = _runs_below(path)
         hint = (
             "it holds the run folders " + ", ".join(str(p) for p in below[:8]) + (" …" if len(below) > 8 else "")
             if below
-            else "pass a run folder OUT/<code_sha>/<fold>/ that a run has written"
+            else "pass a run folder OUT/<code_sha>/<name>/<fold>/ that a run has written"
         )
         raise ReportError(f"{path} has no {DIAG_FILE}: {hint}")
     try:
@@ -847,7 +861,12 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m foxhunt_ray.report",
         description="Plots and a side-by-side markdown table of foxhunt_ray runs (their run folders).",
     )
-    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run folders OUT/<code_sha>/<fold>/")
+    p.add_argument(
+        "run_dirs",
+        nargs="+",
+        metavar="RUN_DIR",
+        help="run folders OUT/<code_sha>/<name>/<fold>/, OUT/latest (the newest run), or runs' --storage URIs",
+    )
     p.add_argument("--out", default=None, metavar="DIR", help="output folder (default reports/<timestamp>/)")
     p.add_argument("--steps", default=None, help="table steps, e.g. 500,1000 (default 25/50/100%% of the shortest)")
     p.add_argument("--max-points", type=int, default=MAX_POINTS, help=f"points per plotted line ({MAX_POINTS})")

@@ -14,6 +14,12 @@
   run's learner can load (read without running any pickled code, its format, step and learner config checked
   before anything in the folder changes), falling back to the older one and saying why; or one the user
   names; or step 0 when the run died before its first checkpoint.
+- **Where a run's folder is** (`run_dir`, `run_name`, `check_name`): `OUT/<code_sha>/<name>/<fold>/`, the code's
+  sha first (provenance: every run of one commit under it), then the run's name (`--name`, or one made from the
+  preset, env, seed and start time: `run_name`), then the fold, so two runs of the same code and fold never
+  share a folder. `OUT/latest` points at the run that started last (`point_latest`): a relative symlink, replaced
+  atomically, or where the filesystem has no symlinks a one-line file naming the folder; `resolve_run_dir`
+  follows either, so `python -m foxhunt_ray.report runs/latest` works on both.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import socket
 import time
 from pathlib import Path
@@ -36,6 +43,10 @@ LOCK_FILE = "run.lock"
 CONFIG_HASH_FILE = "config.sha256"
 CONFIG_WRITTEN_FILE = "config.written.json"
 CONFIG_CHANGES_FILE = "config_changes.jsonl"
+LATEST = "latest"
+"""OUT/latest: the run folder of the run that started last under OUT (a symlink, or a pointer file)."""
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,99}$")
+"""A run name: one folder name, the same on every filesystem and in a URI (no '/', no spaces, no leading '.')."""
 
 
 class RunFolderError(ValueError):
@@ -263,3 +274,85 @@ def resume_point(
         f"cannot resume {run_dir}: no kept checkpoint can be loaded ({'; '.join(refused)}); name one with "
         "--resume-checkpoint PATH, or --resume-checkpoint 0 to start over from step 0; nothing was changed"
     )
+
+
+# ---- where a run's folder is ------------------------------------------------------------------------------------
+
+
+def check_name(name: str) -> str | None:
+    """None for a usable run name, else the error naming the value and the fix."""
+    if NAME_PATTERN.fullmatch(name) and name != LATEST:
+        return None
+    why = f"{LATEST!r} is the pointer to the newest run" if name == LATEST else "it must be one folder name"
+    return (
+        f"--name={name!r}: {why}: 1-100 letters, digits, '.', '_', '+' or '-', starting with a letter or digit "
+        "(no '/', no spaces), e.g. --name lr3e-3-wide"
+    )
+
+
+def _component(text: str) -> str:
+    """text as part of a folder name: every character outside [A-Za-z0-9._+-] becomes '_'."""
+    return re.sub(r"[^A-Za-z0-9._+-]", "_", text).strip("._-") or "run"
+
+
+def run_name(*, preset: str | None, env_id: str, seed: int, started: float) -> str:
+    """The name a run gets without --name: '<preset>-<env>-s<seed>-<UTC start, seconds>', e.g.
+    'phase4_3-LOB-v0-s0-20260103T142233Z' (the env's id after its namespace or module: foxhunt/LOB-v0 -> LOB-v0)."""
+    env = env_id.rsplit(":", 1)[-1].rsplit("/", 1)[-1]
+    when = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(started))
+    return "-".join([_component(preset or "run"), _component(env), f"s{seed}", when])[:100]
+
+
+def run_dir(out: str | Path, code_sha: str, name: str, fold: int) -> Path:
+    """OUT/<code_sha>/<name>/<fold>: a run's folder."""
+    return Path(out) / code_sha / name / str(fold)
+
+
+def point_latest(out: str | Path, run_folder: str | Path) -> str | None:
+    """Points OUT/latest at run_folder (below OUT): a relative symlink made beside it and renamed over it (a
+    reader sees the old pointer or the new one, never none). Where the filesystem refuses symlinks, a one-line
+    file naming the folder relative to OUT (resolve_run_dir reads it). Returns a note when neither could be
+    written (the run goes on: the pointer is a convenience, the folder's own path always works)."""
+    out, target = Path(out), Path(run_folder)
+    try:
+        rel = os.path.relpath(target, out)
+    except ValueError:  # another drive (Windows): no relative path
+        rel = str(target.resolve())
+    latest = out / LATEST
+    tmp = out / f".{LATEST}.{os.getpid()}.tmp"
+    try:
+        if latest.is_dir() and not latest.is_symlink():
+            return f"{latest} is a folder, not the pointer to the newest run: left as it is"
+        try:
+            tmp.unlink(missing_ok=True)
+            os.symlink(rel, tmp, target_is_directory=True)
+        except (OSError, NotImplementedError):  # no symlinks here (FAT, some network filesystems)
+            write_atomic(latest, rel + "\n")
+            return None
+        os.replace(tmp, latest)
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        return f"{latest} not updated ({err.strerror or err}); the run's folder is {target}"
+    return None
+
+
+def resolve_run_dir(path: str | Path) -> Path:
+    """The run folder behind path: path itself, or where OUT/latest points (a symlink, or the pointer file of a
+    filesystem without symlinks), as a path beside the pointer (runs/latest -> runs/<code_sha>/<name>/<fold>)."""
+    path = Path(path)
+    if path.is_symlink():
+        return Path(os.path.normpath(path.parent / os.readlink(path)))
+    if path.name == LATEST and path.is_file() and path.stat().st_size < 4096:
+        rel = path.read_text().strip()
+        if rel and "\n" not in rel:
+            return Path(os.path.normpath(path.parent / rel))
+    return path
+
+
+def out_of(run_folder: str | Path, name: str | None) -> Path | None:
+    """OUT of a run folder OUT/<code_sha>/<name>/<fold> whose config.json records its name; None for a folder
+    laid out otherwise (an older run's OUT/<code_sha>/<fold>, a copy elsewhere): its OUT/latest is left alone."""
+    run_folder = Path(run_folder)
+    if name and run_folder.parent.name == name and len(run_folder.parts) >= 4:
+        return run_folder.parents[2]
+    return None

@@ -121,8 +121,10 @@ def test_job_submit_runs_the_smoke_preset(cluster, tmp_path):
     status = ray_cli("job", "status", "--address", address, job_id, env=env, timeout=60)
     said = re.sub(r"\x1b\[[0-9;]*m", "", status.stdout + status.stderr)  # the CLI colours its words
     assert f"Job '{job_id}' succeeded" in said, said + logs[-4000:]
-    run_dir = out / expected / "0"  # a git-less upload is stamped with its content hash
-    assert run_dir.is_dir(), logs[-4000:]
+    found = list((out / expected).glob("*/0"))  # a git-less upload is stamped with its content hash
+    assert len(found) == 1, logs[-4000:]
+    run_dir = found[0]
+    assert (out / "latest").resolve() == run_dir.resolve()
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "done" and summary["step"] == 60 and summary["code_sha"] == expected
     lines = [json.loads(x) for x in (run_dir / "diag.jsonl").read_text().splitlines()]
@@ -145,13 +147,13 @@ def test_monitor_gauges_are_exported_and_job_stop_keeps_a_checkpoint(cluster, tm
         "job", "submit", "--no-wait", "--address", address, "--submission-id", job_id, "--working-dir", str(ROOT),
         "--runtime-env-json", json.dumps({"excludes": UPLOAD_EXCLUDES}), "--",
         "python", "-m", "foxhunt_ray.job", "--preset", "smoke", "--steps", "100000", "--rollout-workers", "1",
-        "--fold", "7", "--out", str(out), "--quiet",
+        "--fold", "7", "--name", "gauges", "--out", str(out), "--quiet",
         env=env, timeout=120,
     )  # fmt: skip
     assert submit.returncode == 0, submit.stdout + submit.stderr
     wanted = {f"ray_foxhunt_{name}" for name in ("qpa", "qpa_ema", "pnl_cum_usd", "l_c51", "l_dueling")}
     seen: set[str] = set()
-    diag = out / provenance.content_sha() / "7" / "diag.jsonl"
+    diag = out / provenance.content_sha() / "gauges" / "7" / "diag.jsonl"
     deadline = time.monotonic() + 150
     while not (wanted <= seen and diag.is_file() and len(diag.read_bytes().splitlines()) >= 5):
         if time.monotonic() > deadline:
@@ -161,8 +163,8 @@ def test_monitor_gauges_are_exported_and_job_stop_keeps_a_checkpoint(cluster, tm
             text = urllib.request.urlopen(f"http://127.0.0.1:{metrics}/metrics", timeout=10).read().decode()
         except OSError:
             continue
-        # this run's gauges only: they are tagged with the run, <code_sha>/<fold> (the job's content hash, fold 7)
-        tag = f'run="{provenance.content_sha()}/7"'
+        # this run's gauges only: they are tagged with the run, <code_sha>/<name>/<fold> (the job's content hash)
+        tag = f'run="{provenance.content_sha()}/gauges/7"'
         ours = [line for line in text.splitlines() if line.startswith("ray_foxhunt_") and tag in line]
         seen |= {line.split("{")[0] for line in ours}
     # while the job runs: the head's processes (GCS, raylet, agents, the workers, the job's driver) listen on
@@ -174,7 +176,7 @@ def test_monitor_gauges_are_exported_and_job_stop_keeps_a_checkpoint(cluster, tm
     deadline = time.monotonic() + 90
     while "STOPPED" not in (said := job_status(address, job_id, env)).upper() and time.monotonic() < deadline:
         time.sleep(1)
-    (run_dir,) = out.glob("*/7")
+    (run_dir,) = out.glob("*/*/7")
     logs = ray_cli("job", "logs", "--address", address, job_id, env=env, timeout=60)
     assert (run_dir / "summary.json").is_file(), (sorted(p.name for p in run_dir.iterdir()), said, logs.stdout[-3000:])
     summary = json.loads((run_dir / "summary.json").read_text())

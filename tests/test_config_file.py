@@ -34,7 +34,7 @@ def test_a_toml_file_sets_fields_a_set_wins_and_print_config_starts_nothing(tmp_
 
 def test_a_runs_config_json_reproduces_its_config(tmp_path, capsys):
     assert driver.main([*SMOKE, "--out", str(tmp_path / "a"), "--steps", "3", "--set", "learner.lr=0.0007"]) == 0
-    (config_json,) = (tmp_path / "a").glob("*/0/config.json")
+    (config_json,) = (tmp_path / "a").glob("*/*/0/config.json")
     written = json.loads(config_json.read_text())["run"]
     capsys.readouterr()
     code, doc, _ = printed(capsys, "--config", str(config_json), out=tmp_path / "b")
@@ -74,7 +74,7 @@ def test_help_lists_the_config_sections_and_where_they_are_documented(capsys):
 
 def test_a_resume_refuses_a_config_file(tmp_path, capsys):
     assert driver.main([*SMOKE, "--out", str(tmp_path / "a"), "--steps", "3"]) == 0
-    (run_dir,) = (tmp_path / "a").glob("*/0")
+    (run_dir,) = (tmp_path / "a").glob("*/*/0")
     cfg = tmp_path / "c.toml"
     cfg.write_text("[learner]\nlr = 0.001\n")
     capsys.readouterr()

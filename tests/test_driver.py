@@ -18,8 +18,8 @@ def run(tmp_path: Path, *flags: str, serial: bool = True, **kw) -> tuple[int, Pa
     argv = [*SMOKE, "--out", str(tmp_path / "runs"), *(["--serial"] if serial else []), *flags]
     code = driver.main(argv, **kw)
     # globbed, not rebuilt from code_sha(): a commit during the run must not move the folder the test reads
-    found = sorted((tmp_path / "runs").glob("*/0"))
-    return code, found[0] if found else tmp_path / "runs" / provenance.code_sha() / "0"
+    found = sorted((tmp_path / "runs").glob("*/*/0"))
+    return code, found[0] if found else tmp_path / "runs" / provenance.code_sha() / "none" / "0"
 
 
 def lines(run_dir: Path) -> list[dict]:
@@ -41,7 +41,7 @@ def test_serial_smoke_run(tmp_path):
     code, run_dir = run(tmp_path, "--steps", "300", "--checkpoint-every", "100")
     assert code == 0
     steps = assert_steps(run_dir, 300)
-    sha = run_dir.parent.name
+    sha = run_dir.parents[1].name  # OUT/<code_sha>/<name>/<fold>
     assert sha.startswith(provenance.code_sha().split("-")[0][:8])  # a git commit here (or content hash)
     assert all(r["code_sha"] == sha and r["preset"] == "smoke" and r["fold"] == 0 for r in steps)
     assert steps[-1]["env_steps"] == 300 * 4 * 16  # smoke: 4 books x 16 steps per batch
@@ -152,10 +152,27 @@ def test_config_errors_are_named_together(tmp_path, capsys):
     assert not run_dir.exists()
 
 
-def test_existing_run_folder_is_not_overwritten(tmp_path, capsys):
+def test_two_runs_of_the_same_code_and_fold_live_side_by_side(tmp_path, capsys):
+    """Issue 15 item 2: a second run of the same code, preset, env, seed and fold gets its own folder (the name
+    made from them and the start time; a suffix within the same second), runs/latest points at the newer one; a
+    --name that already holds a run is refused, naming the resume and the fix."""
     assert run(tmp_path, "--steps", "2")[0] == 0
-    code, run_dir = run(tmp_path, "--steps", "2")
-    assert code == 1 and f"--resume {run_dir}" in capsys.readouterr().err
+    assert run(tmp_path, "--steps", "2")[0] == 0
+    first, second = sorted((tmp_path / "runs").glob("*/*/0"), key=lambda p: p.stat().st_mtime_ns)
+    assert first != second and first.parents[1] == second.parents[1]  # one <code_sha> folder, two names
+    assert second.parent.name.startswith("smoke-LOB-v0-s0-")
+    assert assert_steps(first, 2) and assert_steps(second, 2)
+    latest = tmp_path / "runs" / "latest"
+    assert latest.is_symlink() and latest.resolve() == second.resolve()
+    assert json.loads((second / "config.json").read_text())["driver"]["name"] == second.parent.name
+    assert run(tmp_path, "--steps", "2", "--name", "exp1")[0] == 0
+    named = tmp_path / "runs" / first.parents[1].name / "exp1" / "0"
+    assert latest.resolve() == named.resolve()
+    capsys.readouterr()
+    assert run(tmp_path, "--steps", "2", "--name", "exp1")[0] == 1
+    err = capsys.readouterr().err
+    assert f"run folder {named} already holds a run: continue it with --resume {named}" in err
+    assert "pick another --name, --out or --fold" in err
 
 
 def test_resume_continues_without_gaps_or_duplicates(tmp_path):
@@ -316,7 +333,7 @@ def test_local_entry_point_trains_then_evaluates_held_out(tmp_path, capsys):
     code = local.main([*SMOKE, "--serial", "--steps", "5", "--eval-episodes", "2", "--out", str(tmp_path / "a")])
     assert code == 0
     out = capsys.readouterr().out
-    run_dir = next((tmp_path / "a").glob("*/0"))
+    run_dir = next((tmp_path / "a").glob("*/*/0"))
     assert "exit 0" in out and len(lines(run_dir)) == 5
     for row in ("agent", "flat", "random", "imbalance", "oracle"):
         assert re.search(rf"^{row} +-?[\d,]+ ", out, re.M), row

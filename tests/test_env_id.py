@@ -175,7 +175,7 @@ LEARNS = [
 def run_cartpole(tmp_path: Path, *flags: str, serial: bool = True) -> tuple[int, Path, list[dict]]:
     argv = [*CARTPOLE, "--out", str(tmp_path / "runs"), "--quiet", *(["--serial"] if serial else []), *flags]
     code = driver.main(argv)
-    run_dir = next((tmp_path / "runs").glob("*/0"))
+    run_dir = next((tmp_path / "runs").glob("*/*/0"))
     lines = [json.loads(line) for line in (run_dir / "diag.jsonl").read_text().splitlines()]
     return code, run_dir, lines
 
@@ -211,7 +211,7 @@ SMOKE_LOB = ["--preset", "smoke", "--serial", "--quiet", "--steps", "30"]
 def test_the_market_reports_its_pnl_as_its_episode_return(tmp_path, capsys):
     out = tmp_path / "runs"
     assert driver.main([*SMOKE_LOB, "--out", str(out)]) == 0  # smoke: 200-step episodes, 16 steps a batch
-    lines = [json.loads(line) for line in next(out.glob("*/0/diag.jsonl")).read_text().splitlines()]
+    lines = [json.loads(line) for line in next(out.glob("*/*/0/diag.jsonl")).read_text().splitlines()]
     assert all(r["env_id"] == "foxhunt/LOB-v0" and r["return_cum"] == r["pnl_cum_usd"] for r in lines)
     assert lines[-1]["episodes"] > 0 and EPISODE_RETURN_MEAN in lines[-1]
 

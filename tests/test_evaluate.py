@@ -44,7 +44,7 @@ def run_dir(tmp_path_factory) -> Path:
     argv = ["--preset", "smoke", "--steps", "8", "--checkpoint-every", "4", "--checkpoint-interval-s", "0"]
     argv += ["--serial", "--quiet", "--out", str(out)]
     assert driver.main(argv) == 0
-    (found,) = out.glob("*/0")
+    (found,) = out.glob("*/*/0")
     return found
 
 

@@ -25,7 +25,7 @@ SMOKE = ["--preset", "smoke", "--quiet", "--checkpoint-interval-s", "0", "--seri
 
 def run(tmp_path: Path, *flags: str, **kw) -> tuple[int, Path]:
     code = driver.main([*SMOKE, "--out", str(tmp_path / "runs"), *flags], **kw)
-    found = sorted((tmp_path / "runs").glob("*/0"))
+    found = sorted((tmp_path / "runs").glob("*/*/0"))
     return code, found[0]
 
 
@@ -59,7 +59,7 @@ def test_a_resume_of_a_running_run_is_refused_and_writes_nothing(tmp_path, capsy
 
     def second_writer(step, workers):
         if step == 30 and not seen:
-            run_dir = next((tmp_path / "runs").glob("*/0"))
+            run_dir = next((tmp_path / "runs").glob("*/*/0"))
             before = snapshot(run_dir)
             seen["code"] = resume(run_dir, "--steps", "80")
             seen["same"] = snapshot(run_dir) == before
@@ -81,7 +81,7 @@ def test_another_process_holding_the_folder_is_named_and_a_kill_9_frees_it(tmp_p
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
-            found = sorted(out.glob("*/0"))
+            found = sorted(out.glob("*/*/0"))
             if found and len(list_checkpoints(found[0])) >= 2:
                 break
             time.sleep(0.2)
@@ -118,7 +118,7 @@ def finished(tmp_path_factory) -> Path:
 def copy_of(finished: Path, tmp_path: Path) -> Path:
     import shutil
 
-    dst = tmp_path / "runs" / finished.parent.name / "0"
+    dst = tmp_path / "runs" / finished.relative_to(finished.parents[2])  # OUT/<code_sha>/<name>/0
     shutil.copytree(finished, dst)
     (dst / "run.lock").unlink(missing_ok=True)
     return dst
@@ -247,11 +247,12 @@ def test_a_run_that_died_before_its_first_checkpoint_resumes_from_zero_or_reruns
     capsys.readouterr()
     assert resume(run_dir, "--steps", "20") == 0
     assert "starting over from step 0" in capsys.readouterr().err and steps(run_dir) == list(range(1, 21))
-    # and a folder like it can be rerun with a new run's flags
-    code, run_dir = run(tmp_path / "b", "--steps", "50", "--checkpoint-every", "100", hook=crash)
+    # and a folder like it can be rerun with a new run's flags (under the same --name: another name is another
+    # folder)
+    code, run_dir = run(tmp_path / "b", "--steps", "50", "--checkpoint-every", "100", "--name", "x", hook=crash)
     assert code == 1
     capsys.readouterr()
-    code, _ = run(tmp_path / "b", "--steps", "15", "--seed", "3")
+    code, _ = run(tmp_path / "b", "--steps", "15", "--seed", "3", "--name", "x")
     assert code == 0 and "a new run replaces it" in capsys.readouterr().err
     assert steps(run_dir) == list(range(1, 16))
     assert json.loads((run_dir / "config.json").read_text())["run"]["seed"] == 3
@@ -368,7 +369,7 @@ def test_a_file_size_limit_in_a_real_process_ends_cleanly(tmp_path):
     proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1, proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr and "reached the size this process may write" in proc.stderr
-    run_dir = next(out.glob("*/0"))
+    run_dir = next(out.glob("*/*/0"))
     no_tmp(run_dir)
     assert (run_dir / "diag.jsonl").read_bytes().endswith(b"\n")
     n = len(steps(run_dir))

@@ -1,5 +1,6 @@
-"""LearnerWorker (bad payloads counted, periodic atomic checkpoints, pruning, load and its errors) and
-provenance (git commit + dirty marker, content hash without git)."""
+"""LearnerWorker (bad payloads counted, periodic checkpoints handed out as bytes, written whole and pruned by
+write_checkpoint, load from a file or bytes and its errors) and provenance (git commit + dirty marker, content
+hash without git)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,14 @@ import pytest
 import torch
 
 from actors import wire
-from actors.learner_worker import LearnerWorker, latest_checkpoint, list_checkpoints
+from actors.learner_worker import (
+    Checkpoint,
+    LearnerWorker,
+    checkpoint_path,
+    latest_checkpoint,
+    list_checkpoints,
+    write_checkpoint,
+)
 from actors.rollout import RolloutConfig, RolloutWorker
 from foxhunt_ray import provenance
 from foxhunt_ray.presets import preset, run_preset
@@ -20,7 +28,7 @@ from lobsim_env import MarketConfig
 
 
 @pytest.fixture()
-def pair(tmp_path):
+def pair():
     worker = RolloutWorker(
         RolloutConfig(num_envs=4, steps_per_sample=8, torch_threads=torch.get_num_threads()),
         MarketConfig(horizon=20),
@@ -28,7 +36,7 @@ def pair(tmp_path):
         seed=0,
     )
     make = lambda **kw: LearnerWorker(  # noqa: E731
-        preset("smoke"), obs_dim=worker.obs_dim, n_actions=worker.n_actions, run_dir=tmp_path, **kw
+        preset("smoke"), obs_dim=worker.obs_dim, n_actions=worker.n_actions, **kw
     )
     learner = make(checkpoint_every=3)
     worker.set_weights(learner.policy_weights())
@@ -70,14 +78,14 @@ def test_a_payload_the_learner_refuses_is_counted_and_skipped(pair):
     assert d["step"] == 1 and d["bad_payloads"] == 2 and d["env_steps"] == 32  # refused payloads did not count
 
 
-def test_minibatches_wait_stop_at_and_weights(tmp_path):
+def test_minibatches_wait_stop_at_and_weights():
     """minibatch_envs splits a payload into several steps; wait=False leaves the newest payload's steps queued
     (returned by the next call or drain, in order); stop_at ends exactly at a step; weights carry the step."""
     worker = RolloutWorker(
         RolloutConfig(num_envs=8, steps_per_sample=6), MarketConfig(horizon=20), worker_index=0, seed=0
     )
     cfg = dataclasses.replace(preset("smoke"), minibatch_envs=2)
-    learner = LearnerWorker(cfg, obs_dim=worker.obs_dim, n_actions=worker.n_actions, run_dir=tmp_path)
+    learner = LearnerWorker(cfg, obs_dim=worker.obs_dim, n_actions=worker.n_actions)
     assert learner.policy_weights()["version"] == 0
     worker.set_weights(learner.policy_weights())
     payloads = [worker.sample() for _ in range(3)]
@@ -92,21 +100,33 @@ def test_minibatches_wait_stop_at_and_weights(tmp_path):
     assert t["payloads"] == 3 and t["updates"] == 10 and t["update_gpu_s"] > 0
 
 
-def test_checkpoints_every_m_keep_two_and_resume_exactly(pair):
+def test_checkpoints_every_m_keep_two_and_resume_exactly(pair, tmp_path):
+    """The learner writes nothing: its periodic checkpoints wait in take_checkpoints() as bytes; write_checkpoint
+    puts them in the run folder whole and keeps the newest two; a learner loads the file or the bytes alike."""
     worker, learner, make = pair
     payloads = [worker.sample() for _ in range(8)]
-    for p in payloads[:7]:
+    for p in payloads[:4]:
         learner.update(p)
-    assert [s for s, _ in list_checkpoints(learner.run_dir)] == [3, 6]
-    assert not list(learner.run_dir.glob("checkpoints/*.tmp"))
-    step, path = latest_checkpoint(learner.run_dir)
+    assert [c.step for c in learner.take_checkpoints()] == [3] and learner.take_checkpoints() == []
+    for p in payloads[4:7]:
+        learner.update(p)
+    taken = learner.take_checkpoints()
+    assert [c.step for c in taken] == [6] and not list(tmp_path.iterdir())  # nothing on disk from the learner
+    for c in [Checkpoint(step=3, data=b"old"), Checkpoint(step=1, data=b"older"), *taken]:
+        write_checkpoint(tmp_path, c)
+    assert [s for s, _ in list_checkpoints(tmp_path)] == [3, 6]
+    assert not list(tmp_path.glob("checkpoints/*.tmp"))
+    step, path = latest_checkpoint(tmp_path)
+    assert path == checkpoint_path(tmp_path, 6) and path.read_bytes() == taken[0].data
     resumed = make()
     assert resumed.load(path) == step == 6
     assert resumed.stats.env_steps == 6 * 32 and resumed.decoder.bad_payloads == 0
-    learner2 = make()
-    learner2.load(path)
-    a, b = learner2.update(payloads[6]), resumed.update(payloads[6])
+    from_bytes = make()
+    assert from_bytes.load(taken[0].data) == 6  # what a learner on another node gets from the driver
+    a, b = from_bytes.update(payloads[6]), resumed.update(payloads[6])
     assert a == b  # a restored learner continues deterministically
+    final = resumed.checkpoint()  # asked for: returned, not queued
+    assert final.step == 7 and resumed.take_checkpoints() == []
 
 
 def test_load_refuses_a_bad_file(pair, tmp_path):
@@ -115,14 +135,16 @@ def test_load_refuses_a_bad_file(pair, tmp_path):
     bad.write_bytes(b"not a checkpoint")
     with pytest.raises(ValueError, match=r"cannot read checkpoint .*bad.pt"):
         learner.load(bad)
+    with pytest.raises(ValueError, match=r"cannot read the checkpoint's 3 bytes"):
+        learner.load(b"bad")
     torch.save({"format": "other"}, bad)
     with pytest.raises(ValueError, match=r"not a run checkpoint: format='other'"):
         learner.load(bad)
 
 
-def test_bad_arguments_are_named(tmp_path):
+def test_bad_arguments_are_named():
     with pytest.raises(ValueError, match=r"checkpoint_every=0 must be None or an int >= 1"):
-        LearnerWorker(preset("smoke"), obs_dim=4, n_actions=3, run_dir=tmp_path, checkpoint_every=0)
+        LearnerWorker(preset("smoke"), obs_dim=4, n_actions=3, checkpoint_every=0)
 
 
 def test_run_presets_are_valid_and_match_the_learner_presets():

@@ -32,13 +32,13 @@ RUNS = {
 
 @pytest.fixture(scope="module")
 def run_dirs(tmp_path_factory) -> dict[str, Path]:
-    """Each run in its own --out: the folder is OUT/<code_sha>/0 (globbed: a commit meanwhile moves code_sha)."""
+    """Each run in its own --out: the folder is OUT/<code_sha>/<name>/0 (globbed: a commit meanwhile moves code_sha)."""
     root = tmp_path_factory.mktemp("runs")
     dirs = {}
     for name, flags in RUNS.items():
         code = driver.main(["--preset", "smoke", "--serial", "--quiet", "--out", str(root / name), *flags])
         assert code == (3 if name in ("nan", "qpa") else 0), name
-        (dirs[name],) = sorted((root / name).glob("*/0"))
+        (dirs[name],) = sorted((root / name).glob("*/*/0"))
     return dirs
 
 
@@ -267,7 +267,7 @@ def test_bad_inputs_exit_1_naming_the_path_and_the_fix(run_dirs, tmp_path, capsy
     missing = tmp_path / "nope"
     err = fails(str(missing))
     assert f"run folder {missing} does not exist" in err and "pass a run folder" in err
-    root = run_dirs["done0"].parent.parent  # the --out root: OUT/<code_sha>/0 lies below it
+    root = run_dirs["done0"].parents[2]  # the --out root: OUT/<code_sha>/<name>/0 lies below it
     err = fails(str(root))
     assert f"{root} has no diag.jsonl" in err and str(run_dirs["done0"]) in err
     corrupt = copy_run(run_dirs["done0"], tmp_path / "corrupt" / "0")
