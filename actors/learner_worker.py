@@ -39,8 +39,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from actors.episode_stats import EpisodeStats
 from actors.files import write_atomic
-from actors.rollout import EpisodeStats
 from actors.wire import DEFAULT_LIMITS, PayloadDecoder, WireLimits
 from learner.config import LearnerConfig
 from learner.learner import Learner, _Pending

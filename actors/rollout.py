@@ -1,8 +1,8 @@
 """The rollout role: B copies of an env (the market's books) and a CPU copy of the policy; sample(T) -> one payload.
 
-A plain class (no Ray here; `ray.remote` wraps it in the driver). The env is the market (foxhunt/LOB-v0, its
-native LobVectorEnv) or any registered Gymnasium id with a 1-D Box observation and a Discrete action space
-(`make_envs`: its own vector env when the spec has a vector_entry_point, else a SyncVectorEnv). Either way the
+A plain class (no Ray here; `ray.remote` wraps it in the driver), configured by actors.config.RolloutConfig. The
+env is the market (foxhunt/LOB-v0, its native LobVectorEnv) or any registered Gymnasium id with a 1-D Box
+observation and a Discrete action space, built by the env factory (actors.envs.make_envs). Either way the
 vector env must autoreset NEXT_STEP: after an env's episode ends, its next step ignores the action and returns
 the first obs of the next episode with reward 0. That step is not a transition, so it is shipped with
 valid=False, and obs[t+1] is always the true next observation of step t. The env is reset (seeded) exactly
@@ -11,54 +11,23 @@ of (seed, worker_index, weights) and consecutive sample() calls continue the sam
 
 The market reports each book's pnl_usd in its info; an env without it (CartPole, ...) gets its episode return
 (the sum of its rewards) tracked here instead, shipped in the same wire columns (wire version 1 has one number
-per episode), and the driver reports it as return_cum / episode_return_mean only (EpisodeStats.has_pnl=False).
+per episode), and the driver reports it as return_cum / episode_return_mean only
+(actors.episode_stats.EpisodeStats, has_pnl=False).
 """
 
 from __future__ import annotations
 
-import importlib
 import time
-from dataclasses import dataclass, field
 
 import gymnasium as gym
 import numpy as np
 import torch
-from gymnasium.vector import AutoresetMode
 
-import lobsim_env  # noqa: F401  (registers foxhunt/LOB-v0)
 from actors import wire
+from actors.config import RolloutConfig
+from actors.envs import is_market, make_envs
 from learner.network import PolicyNet, policy_from_weights
 from lobsim_env import ENV_ID, MarketConfig
-
-
-@dataclass(kw_only=True, frozen=True)
-class RolloutConfig:
-    """One rollout worker's books and threads; the market itself is a MarketConfig."""
-
-    num_envs: int = 16
-    """B: books stepped together by one worker."""
-    steps_per_sample: int = 64
-    """T: env steps per sample() batch (what the driver passes to sample)."""
-    torch_threads: int = 1
-    """torch intra-op threads in the worker process (1: N workers share the cores without oversubscribing)."""
-    policy_device: str = "auto"
-    """Where the worker's policy copy acts: "cpu", "cuda", or "auto" (the GPU when the worker's process sees one,
-    else the CPU). On a GPU host the policy's forward pass costs a CPU core more than stepping the books does
-    (BENCHMARKS.md, "The system on one GPU host"); under Ray a worker sees the GPU only when the driver gave it a
-    share of one (foxhunt_ray.remote)."""
-
-    def errors(self) -> list[str]:
-        errs = []
-        for name in ("num_envs", "steps_per_sample", "torch_threads"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                errs.append(f"rollout.{name}={v!r} must be an int >= 1")
-        if self.policy_device not in POLICY_DEVICES:
-            errs.append(f"rollout.policy_device={self.policy_device!r} must be one of {list(POLICY_DEVICES)}")
-        return errs
-
-
-POLICY_DEVICES: tuple[str, ...] = ("auto", "cpu", "cuda")
 
 
 def policy_device(setting: str) -> torch.device:
@@ -71,130 +40,6 @@ def policy_device(setting: str) -> torch.device:
             "workers a GPU (under Ray the driver does when the cluster has one)"
         )
     return torch.device(setting)
-
-
-SUPPORTED_SPACES = "a 1-D Box observation (a vector of numbers) and a Discrete(n >= 2) action space"
-
-
-class EnvError(ValueError):
-    """An env the system cannot train on (unknown id, unsupported spaces or autoreset mode); names the fix."""
-
-
-@dataclass(kw_only=True, frozen=True)
-class EnvSpaces:
-    """What the learner is built from, probed once from the env (`probe_env`)."""
-
-    obs_dim: int
-    """D: length of the 1-D observation."""
-    n_actions: int
-    """n of the Discrete action space (actions on the wire are 0..n-1; the env's `start` is added when stepping)."""
-    has_pnl: bool
-    """The env reports pnl_usd in its info (the market): the diag carries pnl_cum_usd beside the returns."""
-
-
-def is_market(env_id: str) -> bool:
-    """The LOB market, by its id, also as 'lobsim_env:foxhunt/LOB-v0'."""
-    return env_id.rpartition(":")[2] == ENV_ID
-
-
-def _spec(env_id: str) -> gym.envs.registration.EnvSpec:
-    """gymnasium's spec of env_id; 'module:Id' imports module first (it registers Id). EnvError otherwise."""
-    module, _, name = env_id.rpartition(":")
-    if module:
-        try:
-            importlib.import_module(module)
-        except ImportError as err:
-            raise EnvError(
-                f"env_id={env_id!r}: cannot import module {module!r} ({type(err).__name__}: {err}); the module that "
-                "registers the env must be importable here and in every rollout worker process (install it, or "
-                "ship it in the working directory of `ray job submit`)"
-            ) from None
-    try:
-        return gym.spec(name)
-    except gym.error.Error as err:
-        raise EnvError(
-            f"env_id={env_id!r} is not a registered Gymnasium env ({type(err).__name__}: {err}); pick a registered "
-            "id (gymnasium.pprint_registry() lists them), or register yours with gymnasium.register(id=..., "
-            "entry_point=...) in an importable module and pass 'module:Id' so that every rollout worker imports it"
-        ) from None
-
-
-def make_envs(
-    env_id: str, num_envs: int, *, market: MarketConfig, env_kwargs: dict | None = None
-) -> gym.vector.VectorEnv:
-    """num_envs copies of env_id as one VectorEnv with NEXT_STEP autoreset, its spaces checked (EnvError).
-
-    The market is its native LobVectorEnv configured by `market` (env_kwargs must be empty); any other id is
-    gym.make_vec(id, vectorization_mode="vector_entry_point") when its spec has one, else a SyncVectorEnv
-    forced to NEXT_STEP; env_kwargs go to the env's constructor (e.g. max_episode_steps).
-    """
-    env_kwargs = dict(env_kwargs or {})
-    if is_market(env_id):
-        if env_kwargs:
-            raise EnvError(f"env_kwargs={env_kwargs!r}: the market takes its settings from market.*, not env_kwargs")
-        envs = gym.make_vec(ENV_ID, num_envs=num_envs, vectorization_mode="vector_entry_point", config=market)
-    else:
-        spec = _spec(env_id)
-        try:
-            if spec.vector_entry_point is not None:
-                envs = gym.make_vec(spec, num_envs=num_envs, vectorization_mode="vector_entry_point", **env_kwargs)
-            else:
-                envs = gym.make_vec(
-                    spec,
-                    num_envs=num_envs,
-                    vectorization_mode="sync",
-                    vector_kwargs={"autoreset_mode": AutoresetMode.NEXT_STEP},
-                    **env_kwargs,
-                )
-        except TypeError as err:  # an env_kwargs key the env's constructor does not take
-            raise EnvError(f"env_id={env_id!r} refused env_kwargs={env_kwargs!r}: {err}") from None
-    try:
-        check_envs(env_id, envs)
-    except EnvError:
-        envs.close()
-        raise
-    return envs
-
-
-def check_envs(env_id: str, envs: gym.vector.VectorEnv) -> None:
-    """EnvError unless envs autoresets NEXT_STEP and has a 1-D Box observation and a Discrete(n >= 2) action."""
-    mode = envs.metadata.get("autoreset_mode")
-    if mode not in (AutoresetMode.NEXT_STEP, AutoresetMode.NEXT_STEP.value):
-        raise EnvError(
-            f"env_id={env_id!r}: its vector env {type(envs).__name__} autoresets {mode!r}; the rollout's valid mask "
-            f"needs {AutoresetMode.NEXT_STEP!r} (the step after an episode end returns the next episode's first obs): "
-            "declare metadata['autoreset_mode'] = AutoresetMode.NEXT_STEP and implement it, or register the id "
-            "without a vector_entry_point (a SyncVectorEnv is built with NEXT_STEP)"
-        )
-    obs_space, act_space = envs.single_observation_space, envs.single_action_space
-    if not isinstance(obs_space, gym.spaces.Box) or len(obs_space.shape) != 1 or obs_space.shape[0] < 1:
-        raise EnvError(
-            f"env_id={env_id!r} has observation space {obs_space}; foxhunt_ray supports {SUPPORTED_SPACES}: wrap "
-            "the env so that it observes a 1-D vector (e.g. gymnasium.wrappers.FlattenObservation, which one-hot "
-            "encodes a Discrete space) and register the wrapped env under its own id"
-        )
-    if not np.issubdtype(obs_space.dtype, np.number):
-        raise EnvError(f"env_id={env_id!r} has observation dtype {obs_space.dtype}; it must convert to float32")
-    if not isinstance(act_space, gym.spaces.Discrete) or int(act_space.n) < 2:
-        raise EnvError(
-            f"env_id={env_id!r} has action space {act_space}; foxhunt_ray supports {SUPPORTED_SPACES} (the policy "
-            "picks one of n actions): discretise a Box action space (e.g. gymnasium.wrappers.DiscretizeAction) and "
-            "register the wrapped env under its own id"
-        )
-
-
-def probe_env(env_id: str, *, market: MarketConfig, env_kwargs: dict | None = None) -> EnvSpaces:
-    """Builds one copy of the env, checks it (EnvError) and returns its spaces; what the driver sizes the learner by."""
-    envs = make_envs(env_id, 1, market=market, env_kwargs=env_kwargs)
-    try:
-        _, info = envs.reset(seed=0)
-        return EnvSpaces(
-            obs_dim=int(envs.single_observation_space.shape[0]),
-            n_actions=int(envs.single_action_space.n),
-            has_pnl="pnl_usd" in info,
-        )
-    finally:
-        envs.close()
 
 
 def book_seed(seed: int, worker_index: int, num_envs: int) -> int:
@@ -363,63 +208,3 @@ class RolloutWorker:
 
 TIMING_KEYS: tuple[str, ...] = ("env_s", "act_s", "encode_s", "weights_s", "samples")
 """RolloutWorker.timings(): where a rollout worker's time goes (bench_system.py sums them over the workers)."""
-
-PNL_CUM_USD = "pnl_cum_usd"
-RETURN_CUM = "return_cum"
-EPISODE_RETURN_MEAN = "episode_return_mean"
-RETURN_WINDOW = 100
-"""episode_return_mean is the mean return of the last RETURN_WINDOW episodes that ended, over all workers."""
-
-
-@dataclass(kw_only=True)
-class EpisodeStats:
-    """Running totals over the batches' metadata: what the learner worker puts in each diag line (`diag()`).
-
-    Wire version 1 carries one number per ended episode, episode_pnl_usd: the market's final pnl_usd, or, for
-    an env without pnl (has_pnl=False), the episode's return. The market's reward is its change in equity, so
-    its episode return is its pnl: return_cum and episode_return_mean mean the same for every env, and
-    pnl_cum_usd is there only for the market.
-    """
-
-    has_pnl: bool = True
-    """The env reports pnl_usd (the market); False for any other env: no pnl_cum_usd in the diag."""
-    env_steps: int = 0
-    episodes: int = 0
-    return_cum: float = 0.0
-    """Sum of the returns of every episode that ended so far, over all workers (= pnl_cum_usd for the market)."""
-    recent_returns: list[float] = field(default_factory=list)
-    """Returns of the last RETURN_WINDOW episodes that ended, oldest first."""
-    pnl_cum_usd: float = 0.0
-    """Sum of the final pnl_usd of every episode that ended so far, over all workers."""
-    last_episode_pnl_usd: float = 0.0
-    """Mean final pnl_usd of the episodes that ended in the latest batch that had any."""
-
-    def add(self, meta: dict) -> None:
-        returns = meta["episode_pnl_usd"]
-        self.env_steps += int(meta["env_steps"])
-        self.episodes += int(returns.size)
-        if returns.size:
-            self.return_cum += float(returns.sum())
-            self.recent_returns = (self.recent_returns + returns.tolist())[-RETURN_WINDOW:]
-            if self.has_pnl:
-                self.pnl_cum_usd += float(returns.sum())
-                self.last_episode_pnl_usd = float(returns.mean())
-
-    @property
-    def episode_return_mean(self) -> float | None:
-        """Mean return of the last RETURN_WINDOW ended episodes; None before the first one ends."""
-        return sum(self.recent_returns) / len(self.recent_returns) if self.recent_returns else None
-
-    def diag(self) -> dict[str, float | int]:
-        """env_steps, episodes, return_cum, episode_return_mean (once an episode ended) and, for the market,
-        pnl_cum_usd."""
-        out: dict[str, float | int] = {
-            "env_steps": self.env_steps,
-            "episodes": self.episodes,
-            RETURN_CUM: self.return_cum,
-        }
-        if (mean := self.episode_return_mean) is not None:
-            out[EPISODE_RETURN_MEAN] = mean
-        if self.has_pnl:
-            out[PNL_CUM_USD] = self.pnl_cum_usd
-        return out

@@ -19,7 +19,8 @@ import time
 import torch
 
 from actors import wire
-from actors.rollout import RolloutConfig, RolloutWorker
+from actors.config import RolloutConfig
+from actors.rollout import RolloutWorker
 from foxhunt_ray.presets import preset
 from learner.learner import Learner
 from lobsim_env import MarketConfig

@@ -16,8 +16,9 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any
 
+from actors.config import RolloutConfig
+from actors.envs import is_market
 from actors.kill_rules import KillConfig
-from actors.rollout import RolloutConfig, is_market
 from learner.config import LearnerConfig
 from lobsim_env import ENV_ID
 from lobsim_env.config import MarketConfig

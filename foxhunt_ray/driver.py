@@ -2,7 +2,7 @@
 
 It resolves the preset and the `--set` overrides into one RunConfig, validates it (every bad value at once, the
 env's too: `--env-id` must name a registered Gymnasium env with a 1-D Box observation and a Discrete action
-space, whose spaces size the learner; actors.rollout.probe_env),
+space, whose spaces size the learner; actors.envs.probe_env),
 stamps the code (foxhunt_ray.provenance) and refuses a mismatch with `--expect-code-sha`, creates the run folder
 `<out>/<code_sha>/<name>/<fold>/` (the name: `--name`, else preset, env, seed and start time;
 foxhunt_ray.run_folder) with config.json, diag.jsonl, summary.json and checkpoints/, points `<out>/latest` at it,
@@ -42,11 +42,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from actors.envs import EnvSpaces, is_market, probe_env
 from actors.files import disk_full, remove_tmp_files, write_atomic
 from actors.kill_rules import EXIT_ERROR, EXIT_OK
 from actors.learner_worker import list_checkpoints
 from actors.monitor import DIAG_FILE, SUMMARY_FILE, DiagFileError, Monitor, load_baseline, read_diag, step_records
-from actors.rollout import EnvSpaces, is_market, probe_env
 from foxhunt_ray import provenance, run_folder
 from foxhunt_ray.config import ConfigError, RunConfig, apply_overrides, from_dict, market_reward_scale
 from foxhunt_ray.loops import Hook, LearnerLost, Progress, run_ray, run_serial
@@ -222,7 +222,7 @@ CONFIG_HELP = """config (--config FILE, --set section.field=value, --print-confi
   top level  env_id, env_kwargs, seed
   market     the synthetic market                     lobsim_env/config.py MarketConfig
   learner    network, losses, optimiser, replay        learner/config.py LearnerConfig
-  rollout    books per worker, steps per sample, ...   actors/rollout.py RolloutConfig
+  rollout    books per worker, steps per sample, ...   actors/config.py RolloutConfig
   kill       the kill rules' thresholds                actors/kill_rules.py KillConfig
 every field is documented where it is defined (its docstring) and in docs/running.md; a preset's values:
   --preset NAME --print-config"""

@@ -122,8 +122,8 @@ def evaluate_and_suggest(plan: driver.Plan, code: int, *, episodes: int) -> int:
     """After a run that ended done or killed: its newest checkpoint on the fold's held-out episodes beside flat,
     random, imbalance and the oracle (foxhunt_ray.evaluate; the table, evaluation.json), the next commands, and a
     last line `heldout_pnl_usd=... oracle_pnl_usd=... fraction_of_oracle=...`. Returns the run's exit code."""
+    from actors.envs import is_market
     from actors.kill_rules import EXIT_KILLED, EXIT_OK
-    from actors.rollout import is_market
     from foxhunt_ray.evaluate import EvaluationError, describe, evaluate_run
 
     run = plan.run_dir

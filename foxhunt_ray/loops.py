@@ -21,10 +21,11 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from actors.episode_stats import EPISODE_RETURN_MEAN, PNL_CUM_USD
 from actors.files import write_atomic
 from actors.learner_worker import LearnerWorker
 from actors.monitor import Monitor
-from actors.rollout import EPISODE_RETURN_MEAN, PNL_CUM_USD, RolloutWorker
+from actors.rollout import RolloutWorker
 from foxhunt_ray.storage import RunStorage, keep_checkpoints
 
 if TYPE_CHECKING:

@@ -12,7 +12,7 @@ Also refused: a rollout whose payload exceeds the wire's limits (every payload w
 
 from __future__ import annotations
 
-from actors.rollout import EnvSpaces, is_market
+from actors.envs import EnvSpaces, is_market
 from actors.wire import DEFAULT_LIMITS, WireLimits
 from learner.config import LearnerConfig
 from learner.network import IQN_EMBED_DIM

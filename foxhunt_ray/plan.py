@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from actors.rollout import EnvSpaces
+from actors.envs import EnvSpaces
 from foxhunt_ray.config import RunConfig
 
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from actors.rollout import RolloutConfig
+from actors.config import RolloutConfig
 from foxhunt_ray.config import RunConfig
 from learner.config import LearnerConfig
 from lobsim_env.config import MarketConfig

@@ -26,9 +26,10 @@ import time
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from actors.config import RolloutConfig
 from actors.learner_worker import Checkpoint, LearnerWorker
 from actors.monitor import Monitor
-from actors.rollout import RolloutConfig, RolloutWorker
+from actors.rollout import RolloutWorker
 from foxhunt_ray.storage import RunStorage, keep_checkpoints
 
 LEARNER_CPUS = 1.0

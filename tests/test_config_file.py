@@ -65,7 +65,7 @@ def test_help_lists_the_config_sections_and_where_they_are_documented(capsys):
     for section, home in (
         ("market", "lobsim_env/config.py"),
         ("learner", "learner/config.py"),
-        ("rollout", "actors/rollout.py"),
+        ("rollout", "actors/config.py"),
         ("kill", "actors/kill_rules.py"),
     ):
         assert section in out and home in out

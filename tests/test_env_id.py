@@ -16,7 +16,10 @@ import torch
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 from actors import wire
-from actors.rollout import EPISODE_RETURN_MEAN, RETURN_CUM, EnvError, RolloutConfig, RolloutWorker, probe_env
+from actors.config import RolloutConfig
+from actors.envs import EnvError, probe_env
+from actors.episode_stats import EPISODE_RETURN_MEAN, RETURN_CUM
+from actors.rollout import RolloutWorker
 from foxhunt_ray import driver
 from foxhunt_ray.presets import preset
 from learner.learner import Learner

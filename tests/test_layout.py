@@ -9,6 +9,8 @@ __init__ (e.g. `from lobsim_env import ENV_ID`) is an edge to the package itself
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -133,6 +135,17 @@ def test_the_two_markets_stand_side_by_side_behind_one_interface():
     for m in (*contract, "lobsim_env.env"):
         reached = {d for d in g[m] if any(_inside(d, pkg) for pkg in markets)}
         assert not reached, f"{m} imports {sorted(reached)}: a market is chosen in lobsim_env.markets alone"
+
+
+def test_the_config_imports_no_torch():
+    """A RunConfig can be built, read and checked without torch (nor Ray, nor the rollout worker): the configs
+    (actors.config, learner.config, lobsim_env.config, actors.kill_rules) and the env-id check (actors.envs) import
+    none of them. gymnasium does come in: lobsim_env.config is inside the lobsim_env package, whose import registers
+    foxhunt/LOB-v0 with gymnasium (DESIGN.md), so importing any part of the market imports gymnasium."""
+    heavy = ("torch", "ray", "actors.rollout", "learner.network")
+    code = f"import sys, foxhunt_ray.config; print([m for m in {heavy!r} if m in sys.modules])"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]", f"importing foxhunt_ray.config imported {out.strip()}"
 
 
 def test_every_package_folder_is_listed_for_the_wheel():

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from actors import wire
+from actors.config import RolloutConfig
 from actors.learner_worker import (
     Checkpoint,
     LearnerWorker,
@@ -21,7 +22,7 @@ from actors.learner_worker import (
     list_checkpoints,
     write_checkpoint,
 )
-from actors.rollout import RolloutConfig, RolloutWorker
+from actors.rollout import RolloutWorker
 from foxhunt_ray import provenance
 from foxhunt_ray.presets import preset, run_preset
 from lobsim_env import MarketConfig

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from actors.rollout import RolloutConfig
+from actors.config import RolloutConfig
 from foxhunt_ray import driver
 from foxhunt_ray.config import ConfigError, RunConfig, apply_overrides, from_dict, market_reward_scale
 from foxhunt_ray.local import LOCAL_DEFAULTS

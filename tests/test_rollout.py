@@ -11,7 +11,9 @@ import pytest
 import torch
 
 from actors import wire
-from actors.rollout import RETURN_WINDOW, EpisodeStats, RolloutConfig, RolloutWorker
+from actors.config import RolloutConfig
+from actors.episode_stats import RETURN_WINDOW, EpisodeStats
+from actors.rollout import RolloutWorker
 from foxhunt_ray.presets import preset
 from learner.learner import Learner
 from lobsim_env import MarketConfig

@@ -38,7 +38,8 @@ def rollout_proc(idx, B, mode, dur, barrier, q):
 
     os.sched_setaffinity(0, {idx % os.cpu_count()})
     torch.set_num_threads(1)
-    from actors.rollout import RolloutConfig, RolloutWorker
+    from actors.config import RolloutConfig
+    from actors.rollout import RolloutWorker
     from lobsim_env import MarketConfig
 
     w = RolloutWorker(RolloutConfig(num_envs=B, steps_per_sample=64), MarketConfig(), worker_index=idx, seed=0,
