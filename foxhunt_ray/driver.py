@@ -327,6 +327,7 @@ def resolve(args: argparse.Namespace) -> Plan:
     driver = DriverConfig(**flags)
     errs += driver.errors()
     if args.baseline is not None:
+        args.baseline = str(resolve_run_dir(args.baseline))  # OUT/latest: the run it points at now is recorded
         try:
             baseline = load_baseline(args.baseline)  # read once here: a bad baseline stops the run before it starts
         except DiagFileError as err:

@@ -141,6 +141,8 @@ class RunStorage:
         and removes the checkpoints the local folder no longer keeps. Returns the bytes copied."""
         t0 = time.perf_counter()
         local = Path(local)
+        if self._renames and Path(self.path).resolve() == local.resolve():
+            return 0  # the run folder is its storage (a resume of the storage path itself): nothing to copy
         remote = self._remote_sizes()
         here: dict[str, Path] = {}
         for p in sorted(local.rglob("*")):
