@@ -315,7 +315,7 @@ def resolve(args: argparse.Namespace) -> Plan:
         errs.append(why)
     flags["name"] = name
     if args.storage is not None:
-        if (why := check_root(args.storage)) is not None:
+        if (why := check_root(args.storage, write=not getattr(args, "print_config", False))) is not None:
             errs.append(why)
         flags["storage"] = root_of(args.storage)
     flags.setdefault("steps", defaults.steps)

@@ -2,9 +2,11 @@
 
     ray job submit --address http://127.0.0.1:8265 --working-dir . -- python -m foxhunt_ray.job --preset phase4_3
 
-connects with ray.init(address="auto") (the job's RAY_ADDRESS), runs the driver here (the run folder is written
-on the node that runs the job: the head) and the actors wherever the cluster places them. Flags: the driver's
-(`--help`). The upload carries no .git, so code_sha is the content hash (foxhunt_ray.provenance).
+connects with ray.init(address="auto") (the job's RAY_ADDRESS), runs the driver here and the actors wherever the
+cluster places them (the learner where `--learner-resources` asks). Every file of the run is written on the node
+that runs the job, the head, the learner's checkpoints included (they reach it through the object store); `--storage
+ROOT` keeps a copy beyond the head's disk (foxhunt_ray.storage). Flags: the driver's (`--help`). The upload carries
+no .git, so code_sha is the content hash (foxhunt_ray.provenance).
 """
 
 from __future__ import annotations

@@ -66,11 +66,14 @@ def root_of(text: str) -> str:
     return text.rstrip("/") if is_uri(text) else str(Path(text).absolute())
 
 
-def check_root(text: str) -> str | None:
-    """None when ROOT can be written (made if missing, a probe file written and removed), else the error naming
-    it and the fix: checked before the run starts, as Ray Train checks its storage_path."""
+def check_root(text: str, *, write: bool = True) -> str | None:
+    """None when ROOT can be opened and, with `write`, written (made if missing, a probe file written and
+    removed), else the error naming it and the fix: checked before the run starts, as Ray Train checks its
+    storage_path."""
     try:
         fs, path = _open(root_of(text))
+        if not write:
+            return None
         fs.makedirs(path, exist_ok=True)
         probe = f"{path}/.foxhunt-storage-probe-{os.getpid()}"
         fs.pipe_file(probe, b"ok")
