@@ -7,6 +7,9 @@ RunConfig without loading the worker.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Annotated
+
+from lobsim_env.validation import Int, OneOf, field_errors
 
 POLICY_DEVICES: tuple[str, ...] = ("auto", "cpu", "cuda")
 """RolloutConfig.policy_device's choices (actors.rollout.policy_device resolves "auto" in the worker)."""
@@ -16,24 +19,18 @@ POLICY_DEVICES: tuple[str, ...] = ("auto", "cpu", "cuda")
 class RolloutConfig:
     """One rollout worker's books and threads; the market itself is a MarketConfig."""
 
-    num_envs: int = 16
+    num_envs: Annotated[int, Int(ge=1)] = 16
     """B: books stepped together by one worker."""
-    steps_per_sample: int = 64
+    steps_per_sample: Annotated[int, Int(ge=1)] = 64
     """T: env steps per sample() batch (what the driver passes to sample)."""
-    torch_threads: int = 1
+    torch_threads: Annotated[int, Int(ge=1)] = 1
     """torch intra-op threads in the worker process (1: N workers share the cores without oversubscribing)."""
-    policy_device: str = "auto"
+    policy_device: Annotated[str, OneOf(POLICY_DEVICES)] = "auto"
     """Where the worker's policy copy acts: "cpu", "cuda", or "auto" (the GPU when the worker's process sees one,
     else the CPU). On a GPU host the policy's forward pass costs a CPU core more than stepping the books does
     (BENCHMARKS.md, "The system on one GPU host"); under Ray a worker sees the GPU only when the driver gave it a
     share of one (foxhunt_ray.remote)."""
 
     def errors(self) -> list[str]:
-        errs = []
-        for name in ("num_envs", "steps_per_sample", "torch_threads"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                errs.append(f"rollout.{name}={v!r} must be an int >= 1")
-        if self.policy_device not in POLICY_DEVICES:
-            errs.append(f"rollout.policy_device={self.policy_device!r} must be one of {list(POLICY_DEVICES)}")
-        return errs
+        """Every problem as 'rollout.field=value must ...'; empty when the config is usable."""
+        return list(field_errors(self, "rollout").values())

@@ -17,6 +17,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Annotated
+
+from lobsim_env.validation import ConfigError, Int, Number, field_errors
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -33,51 +36,29 @@ RULE_PNL = "pnl_deficit"
 class KillConfig:
     """Thresholds of the kill rules (defaults: the seed's kill criteria)."""
 
-    qpa_ema_min: float = -0.3
+    qpa_ema_min: Annotated[float, Number(ge=-1, le=1, why="qpa is a correlation")] = -0.3
     """Kill when qpa_ema falls below this after the warm-up (the seed's broken runs read -0.8 to -0.96)."""
-    qpa_ema_decay: float = 0.99
+    qpa_ema_decay: Annotated[float, Number(ge=0, lt=1)] = 0.99
     """qpa_ema = decay * qpa_ema + (1 - decay) * qpa, starting at the first qpa (about a 100-step window)."""
-    qpa_warmup_steps: int = 200
+    qpa_warmup_steps: Annotated[int, Int(ge=0)] = 200
     """The qpa rule is checked only at steps > this: early qpa of a random policy is noise around 0."""
-    qpa_noise_z: float = 2.0
+    qpa_noise_z: Annotated[float, Number(ge=0)] = 2.0
     """The rule reads the bound qpa_ema + qpa_noise_z x qpa_noise, not qpa_ema alone; 0 gives the point estimate
     (the rule as the seed wrote it). qpa_noise is the per-update noise of qpa (a standard deviation), estimated
     from successive differences: sqrt(pi)/2 x EMA of |qpa_t - qpa_(t-1)| (same decay as qpa_ema), which a slow
     drift hardly moves and one jump (a sudden collapse) moves by (1 - decay) x the jump only. Why (BENCHMARKS.md,
     'The qpa rule with two actions (issue 13)'): a learning CartPole run's qpa_ema went to -0.317 (its noise
     ~0.15); the market's collapses read -0.6..-0.96 with a noise of ~0.005."""
-    dueling_ratio_max: float = 100.0
+    dueling_ratio_max: Annotated[float, Number(gt=0)] = 100.0
     """Kill when l_dueling exceeds this multiple of the l_q reference (l_c51)."""
-    dueling_min_reference: float = 1e-6
+    dueling_min_reference: Annotated[float, Number(ge=0)] = 1e-6
     """A reference at or below this (C51 not trained yet) skips the dueling check instead of dividing by ~0."""
-    pnl_deficit_usd: float = 5e6
+    pnl_deficit_usd: Annotated[float, Number(gt=0)] = 5e6
     """Kill when pnl_cum_usd trails the baseline's at the same step by more than this many USD."""
 
     def errors(self) -> list[str]:
-        errs = []
-
-        def number(name: str) -> float | None:
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
-                errs.append(f"kill.{name}={v!r} must be a finite number")
-                return None
-            return v
-
-        if (v := number("qpa_ema_min")) is not None and not -1 <= v <= 1:
-            errs.append(f"kill.qpa_ema_min={v!r} must be in [-1, 1] (qpa is a correlation)")
-        if (v := number("qpa_ema_decay")) is not None and not 0 <= v < 1:
-            errs.append(f"kill.qpa_ema_decay={v!r} must be in [0, 1)")
-        if (v := number("qpa_noise_z")) is not None and v < 0:
-            errs.append(f"kill.qpa_noise_z={v!r} must be >= 0")
-        w = self.qpa_warmup_steps
-        if isinstance(w, bool) or not isinstance(w, int) or w < 0:
-            errs.append(f"kill.qpa_warmup_steps={w!r} must be an int >= 0")
-        for name in ("dueling_ratio_max", "pnl_deficit_usd"):
-            if (v := number(name)) is not None and v <= 0:
-                errs.append(f"kill.{name}={v!r} must be > 0")
-        if (v := number("dueling_min_reference")) is not None and v < 0:
-            errs.append(f"kill.dueling_min_reference={v!r} must be >= 0")
-        return errs
+        """Every problem as 'kill.field=value must ...'; empty when the config is usable."""
+        return list(field_errors(self, "kill").values())
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -123,7 +104,7 @@ class KillRules:
 
     def __init__(self, cfg: KillConfig, baseline: dict[int, dict] | None = None):
         if errs := cfg.errors():
-            raise ValueError("invalid kill config:\n  " + "\n  ".join(errs))
+            raise ConfigError(errs, "kill config")
         self.cfg = cfg
         self.baseline = baseline
         self.qpa_ema: float | None = None

@@ -25,9 +25,12 @@ import re
 import struct
 import time
 from dataclasses import dataclass
+from typing import Annotated
 
 import msgpack
 import numpy as np
+
+from lobsim_env.validation import InputError, Int, field_errors
 
 WIRE_VERSION = 2
 """Bump on any change of keys, dtypes, layout or meaning; a decoder refuses every other version."""
@@ -69,7 +72,7 @@ LEARNER_KEYS: tuple[str, ...] = (
 """Exactly what Learner.update accepts; everything else in a payload is metadata for the driver."""
 
 
-class WireError(ValueError):
+class WireError(InputError):
     """A payload that cannot be encoded or decoded; the message names the problem and the fix."""
 
 
@@ -77,18 +80,14 @@ class WireError(ValueError):
 class WireLimits:
     """Upper bounds a decoder enforces before it allocates anything."""
 
-    max_payload_bytes: int = 512 * 2**20
+    max_payload_bytes: Annotated[int, Int(ge=1)] = 512 * 2**20
     """Largest accepted payload (512 MiB); a batch of T=64, B=4096, D=32 is about 40 MiB."""
-    max_elements: int = 128 * 2**20
+    max_elements: Annotated[int, Int(ge=1)] = 128 * 2**20
     """Largest element count of any one array."""
 
     def errors(self) -> list[str]:
-        errs = []
-        for name in ("max_payload_bytes", "max_elements"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                errs.append(f"wire.{name}={v!r} must be an int >= 1")
-        return errs
+        """Every problem as 'wire.field=value must ...'; empty when the limits are usable."""
+        return list(field_errors(self, "wire").values())
 
 
 DEFAULT_LIMITS = WireLimits()

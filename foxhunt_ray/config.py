@@ -1,10 +1,11 @@
 """Typed run configuration: one dataclass per section, validated all at once.
 
 Every section dataclass (the market's, the learner's, the run's) has `errors() -> list[str]` naming each bad
-value and the fix. `validate()` collects all of them and raises one `ConfigError`, so a user fixes a config in
-one pass instead of one error per run (Sample Factory's habit). `from_dict` and `apply_overrides` build a
-config from JSON (a run's config.json, `--resume`) and from `section.field=value` strings, with the same
-collected, named errors: an unknown key, a wrong type or an unparsable value never passes silently.
+value and the fix; each field's own rule is in its type (lobsim_env.validation, which also holds `ConfigError`).
+`validate()` collects all of them and raises one `ConfigError`, so a user fixes a config in one pass instead of
+one error per run (Sample Factory's habit). `from_dict` and `apply_overrides` build a config from JSON (a run's
+config.json, `--resume`) and from `section.field=value` strings, with the same collected, named errors: an
+unknown key, a wrong type or an unparsable value never passes silently.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import json
 import types
 import typing
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
 from actors.config import RolloutConfig
 from actors.envs import is_market
@@ -22,6 +23,7 @@ from actors.kill_rules import KillConfig
 from learner.config import LearnerConfig
 from lobsim_env import ENV_ID
 from lobsim_env.config import MarketConfig
+from lobsim_env.validation import ConfigError, Int, field_errors
 
 
 def market_reward_scale(market: MarketConfig) -> float:
@@ -42,14 +44,6 @@ def market_reward_scale(market: MarketConfig) -> float:
     return 2.0 / (market.usd_per_tick * market.position_limit)
 
 
-class ConfigError(ValueError):
-    """A config with one or more bad values; `errors` lists each, naming the value and the fix."""
-
-    def __init__(self, errors: list[str]):
-        self.errors = list(errors)
-        super().__init__("invalid config:\n  " + "\n  ".join(self.errors))
-
-
 @dataclass(kw_only=True, frozen=True)
 class RunConfig:
     """Everything a run needs; recorded resolved in the run folder's config.json."""
@@ -63,7 +57,7 @@ class RunConfig:
     """Name of the sizing (widths, batch shapes) the preset was built with: 'gpu', 'cpu' or 'smoke'
     (foxhunt_ray.presets.SIZINGS); a label, the values are the learner's and rollout's fields. None: not
     recorded."""
-    seed: int = 0
+    seed: Annotated[int, Int(ge=0)] = 0
     """Base seed: rollout worker i seeds its books with seed + i; the learner uses seed."""
     env_id: str = ENV_ID
     """Gymnasium id the rollout workers step: the market (configured by `market`) or any registered id with a
@@ -80,9 +74,7 @@ class RunConfig:
     """Thresholds of the monitor's kill rules (the seed's kill criteria by default)."""
 
     def errors(self) -> list[str]:
-        errs = []
-        if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
-            errs.append(f"seed={self.seed!r} must be an int >= 0")
+        errs = list(field_errors(self, "").values())
         if not isinstance(self.env_id, str) or not self.env_id.strip():
             errs.append(f"env_id={self.env_id!r} must be a Gymnasium id such as {ENV_ID!r} or 'CartPole-v1'")
         if not isinstance(self.env_kwargs, dict) or not all(isinstance(k, str) for k in self.env_kwargs):
