@@ -12,7 +12,7 @@ refuses to add a node under RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0, the switch that
 without it resolves 127.0.0.1 to the machine's address and listens on the network (docs/running.md, "What
 listens on the network"). Cluster starts the processes a `ray start` of each node starts (GCS, one raylet and
 agents per node, the dashboard) and is what Ray's own multi-node tests use. Where a second node cannot start the
-test is skipped, saying why; FOXHUNT_REQUIRE_TWO_NODES=1 makes that a failure (CI sets it).
+test is skipped, saying why; FOXHUNT_REQUIRE_TWO_NODES=1 makes that a failure, for a machine where it must run.
 """
 
 from __future__ import annotations
