@@ -18,11 +18,12 @@ from gymnasium.vector import AutoresetMode
 
 import lobsim_env  # noqa: F401  (registers foxhunt/LOB-v0)
 from lobsim_env import ENV_ID, MarketConfig
+from lobsim_env.validation import InputError
 
 SUPPORTED_SPACES = "a 1-D Box observation (a vector of numbers) and a Discrete(n >= 2) action space"
 
 
-class EnvError(ValueError):
+class EnvError(InputError):
     """An env the system cannot train on (unknown id, unsupported spaces or autoreset mode); names the fix."""
 
 

@@ -30,6 +30,7 @@ import numpy as np
 from actors.files import write_atomic
 from actors.kill_rules import EXIT_ERROR, EXIT_KILLED, EXIT_OK, KillConfig, KillDecision, KillRules
 from actors.tensorboard import EventWriter
+from lobsim_env.validation import InputError
 
 DIAG_FILE = "diag.jsonl"
 SUMMARY_FILE = "summary.json"
@@ -57,7 +58,7 @@ TENSORBOARD_SKIP = frozenset({"step", "time", "fold", "worker_index"})
 """Step-line numbers that are not series worth a plot (the step is the x axis)."""
 
 
-class DiagFileError(ValueError):
+class DiagFileError(InputError):
     """A diag.jsonl that cannot be read; the message names the file and line."""
 
 

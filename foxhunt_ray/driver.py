@@ -66,6 +66,7 @@ from foxhunt_ray.run_folder import (
 )
 from foxhunt_ray.storage import RunStorage, check_root, is_uri, root_of, split_run_uri
 from lobsim_env import ENV_ID
+from lobsim_env.validation import InputError
 
 CONFIG_FILE = "config.json"
 
@@ -214,7 +215,7 @@ def parse_args(argv: list[str] | None, prog: str, defaults: EntryDefaults | None
     return args
 
 
-class UsageError(ValueError):
+class UsageError(InputError):
     """A bad flag, config, code_sha or run folder: printed, exit 1, nothing started."""
 
 

@@ -55,6 +55,7 @@ from lobsim_env import ENV_ID, LobVectorEnv, MarketConfig
 from lobsim_env.baselines import NEEDS_LATENT_REGIME, POLICIES, Policy, run_episodes
 from lobsim_env.folds import HELDOUT_FOLD_STRIDE, heldout_seed
 from lobsim_env.lobster.market import lobster_config
+from lobsim_env.validation import InputError
 
 DEFAULT_EPISODES = 64
 AGENT = "agent"
@@ -78,7 +79,7 @@ _Q_FIELDS = ("v_min", "v_max", "ensemble_w", "iqn_taus")
 _MAX_SEED = 2**62
 
 
-class EvaluationError(ValueError):
+class EvaluationError(InputError):
     """A bad run folder, checkpoint or option: the message names the value and the fix; nothing is written."""
 
 

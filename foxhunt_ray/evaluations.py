@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lobsim_env.validation import InputError
+
 EVALUATIONS_DIR = "evaluations"
 EVALUATION_FILE = "evaluation.json"
 """The newest synthetic record's copy (compatibility: foxhunt_ray.local, run folders of older code)."""
@@ -28,7 +30,7 @@ _DAY = re.compile(r"(?P<symbol>[A-Za-z0-9.]+)_(?P<date>\d{4}-\d{2}-\d{2})")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
-class EvaluationRecordError(ValueError):
+class EvaluationRecordError(InputError):
     """A record that cannot be read or written: the message names the file and the fix."""
 
 

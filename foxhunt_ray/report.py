@@ -56,6 +56,7 @@ from foxhunt_ray.evaluations import (
 from foxhunt_ray.run_folder import LATEST, resolve_run_dir
 from foxhunt_ray.storage import StorageError, fetch_to_temp, is_uri
 from learner.diag import LOSS_KEYS
+from lobsim_env.validation import InputError
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -75,7 +76,7 @@ MISSING = "—"
 Log = Callable[[str], None]
 
 
-class ReportError(ValueError):
+class ReportError(InputError):
     """A bad input to the report (a run folder, a file in it, a flag); the message names it and the fix."""
 
 

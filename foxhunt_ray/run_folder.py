@@ -38,6 +38,7 @@ from actors.files import write_atomic
 from actors.learner_worker import RUN_CHECKPOINT_FORMAT, checkpoint_path, list_checkpoints
 from learner.config import LearnerConfig
 from learner.learner import config_differences
+from lobsim_env.validation import InputError
 
 LOCK_FILE = "run.lock"
 CONFIG_HASH_FILE = "config.sha256"
@@ -49,7 +50,7 @@ NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,99}$")
 """A run name: one folder name, the same on every filesystem and in a URI (no '/', no spaces, no leading '.')."""
 
 
-class RunFolderError(ValueError):
+class RunFolderError(InputError):
     """A run folder that cannot be written or resumed as asked; the message names the folder and what to do."""
 
 

@@ -31,6 +31,7 @@ from pathlib import Path, PurePosixPath
 from actors.files import TMP_SUFFIX
 from actors.learner_worker import CHECKPOINT_DIR, Checkpoint, write_checkpoint
 from foxhunt_ray.run_folder import LOCK_FILE
+from lobsim_env.validation import InputError
 
 RUN_DEPTH = 3
 """A run's folder below a runs root or a storage root: <code_sha>/<name>/<fold>."""
@@ -39,7 +40,7 @@ PLUGINS = {"s3": "s3fs", "s3a": "s3fs", "gs": "gcsfs", "gcs": "gcsfs", "abfs": "
 """fsspec's plugin package per protocol, named in the error when it is missing."""
 
 
-class StorageError(ValueError):
+class StorageError(InputError):
     """A storage root or run URI that cannot be used; the message names it and the fix."""
 
 

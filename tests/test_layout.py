@@ -121,9 +121,11 @@ def _inside(module: str, package: str) -> bool:
 
 def test_the_two_markets_stand_side_by_side_behind_one_interface():
     """lobsim_env's layout (docs/market.md): the synthetic and the LOBSTER market never import each other and reach
-    the rest of lobsim_env only through the shared contract (config, market); the envs reach them only through
+    the rest of lobsim_env only through the shared contract (config, market) and the project's leaf of field rules
+    and error classes (validation, which imports nothing from the project); the envs reach them only through
     markets.make_market, and the contract imports neither."""
     g = import_graph()
+    assert g["lobsim_env.validation"] == set(), "lobsim_env.validation is the leaf every config imports"
     contract = {"lobsim_env.config", "lobsim_env.market"}
     markets = ("lobsim_env.synthetic", "lobsim_env.lobster")
     for pkg in markets:
@@ -131,7 +133,8 @@ def test_the_two_markets_stand_side_by_side_behind_one_interface():
         assert len(members) > 2, pkg
         for m in members:
             outside = {d for d in g[m] if _inside(d, "lobsim_env") and not _inside(d, pkg)}
-            assert outside <= contract, f"{m} imports {sorted(outside - contract)}: only lobsim_env.config/.market"
+            allowed = contract | {"lobsim_env.validation"}
+            assert outside <= allowed, f"{m} imports {sorted(outside - allowed)}: only lobsim_env.config/.market"
     for m in (*contract, "lobsim_env.env"):
         reached = {d for d in g[m] if any(_inside(d, pkg) for pkg in markets)}
         assert not reached, f"{m} imports {sorted(reached)}: a market is chosen in lobsim_env.markets alone"

@@ -1,11 +1,14 @@
-"""lobsim_env.validation: a config field's rule in its type, and one helper that words every message the same way."""
+"""lobsim_env.validation: a config field's rule in its type, one helper that words every message the same way, and
+one base class for every bad-input error."""
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import math
 import typing
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated
 
 import pytest
@@ -18,6 +21,7 @@ from learner.config import LearnerConfig
 from lobsim_env.config import MarketConfig, MarketConfigError, SyntheticConfig
 from lobsim_env.validation import Bool, ConfigError, InputError, Int, Number, OneOf, Rule, field_errors
 
+ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = (LearnerConfig, RolloutConfig, MarketConfig, SyntheticConfig, KillConfig, WireLimits, RunConfig)
 
 
@@ -106,3 +110,28 @@ def test_config_errors_are_input_errors_and_value_errors():
     with pytest.raises(ConfigError) as info:
         RunConfig(seed=-1).validate()
     assert str(info.value) == "invalid config:\n  seed=-1 must be an int >= 0"
+
+
+def _error_classes() -> dict[str, tuple[str, list[str]]]:
+    """Class name -> (module file, base names) for every class named *Error in the project's packages."""
+    out = {}
+    for pkg in ("actors", "learner", "lobsim_env", "foxhunt_ray"):
+        for path in sorted((ROOT / pkg).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if isinstance(node, ast.ClassDef) and node.name.endswith("Error"):
+                    bases = [b.id if isinstance(b, ast.Name) else ast.unparse(b) for b in node.bases]
+                    out[node.name] = (str(path.relative_to(ROOT)), bases)
+    return out
+
+
+def test_every_error_class_of_the_project_derives_from_input_error():
+    classes = _error_classes()
+    assert {"InputError", "ConfigError", "MarketConfigError", "EnvError", "WireError"} <= classes.keys()
+    good = {"InputError"}
+    while True:  # a class is good when one of its bases is
+        more = {name for name, (_, bases) in classes.items() if good & set(bases)} - good
+        if not more:
+            break
+        good |= more
+    bad = {f"{path}: {name}({', '.join(bases)})" for name, (path, bases) in classes.items() if name not in good}
+    assert not bad, "derive these from lobsim_env.validation.InputError (a ValueError):\n  " + "\n  ".join(sorted(bad))

@@ -32,6 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
+from lobsim_env.validation import InputError
+
 TICK = 100
 """LOBSTER prices are dollars * 10000; US equities trade on a one-cent grid, i.e. multiples of 100."""
 DUMMY_ASK_PRICE = 9_999_999_999
@@ -74,7 +76,7 @@ _UNCHECKED = -1
 """Parsed by the numpy path: the rules are still to be checked."""
 
 
-class LobsterFormatError(ValueError):
+class LobsterFormatError(InputError):
     """A LOBSTER file that does not follow the format; the message names file, row, column and value."""
 
 
