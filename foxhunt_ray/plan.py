@@ -9,20 +9,22 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Annotated
 
 from actors.envs import EnvSpaces
 from foxhunt_ray.config import RunConfig
+from lobsim_env.validation import Int, field_errors
 
 
 @dataclass(kw_only=True, frozen=True)
 class DriverConfig:
     """How a run is driven (not what is trained): recorded beside the RunConfig in config.json."""
 
-    steps: int = 200
+    steps: Annotated[int, Int(ge=1)] = 200
     """Learner updates: the run ends after update `steps` (a resumed run continues to it)."""
-    rollout_workers: int = 2
+    rollout_workers: Annotated[int, Int(ge=1)] = 2
     """Rollout workers (Ray actors, or plain objects in serial mode)."""
-    fold: int = 0
+    fold: Annotated[int, Int(ge=0)] = 0
     """Walk-forward fold; the run folder is <out>/<code_sha>/<name>/<fold>/."""
     name: str = ""
     """The run's name, its folder below <code_sha> (--name, else preset-env-seed-start time:
@@ -33,20 +35,20 @@ class DriverConfig:
     learner_resources: dict[str, float] = field(default_factory=dict)
     """Ray mode: custom resources the learner actor asks for, e.g. {"learner_node": 1} to place it on the node
     started with `ray start --resources '{"learner_node": 1}'`."""
-    broadcast_every: int = 4
+    broadcast_every: Annotated[int, Int(ge=1)] = 4
     """K: the learner's policy weights go to the rollout workers every K updates."""
-    checkpoint_every: int = 100
+    checkpoint_every: Annotated[int, Int(ge=1)] = 100
     """M: the learner worker checkpoints every M updates (at the end of the learner call whose steps pass a
     multiple of M; and at the end, on a kill and on Ctrl-C)..."""
     checkpoint_interval_s: float = 60.0
     """...but no sooner than this many seconds after its previous checkpoint (0: every M updates). A checkpoint
     holds the replay (tens of MB) and waits for the GPU: a GPU learner makes hundreds of updates a second."""
-    max_payloads_waiting: int = 4
+    max_payloads_waiting: Annotated[int, Int(ge=1)] = 4
     """Ray mode: rollout payloads sampled but not yet trained on, at most; a worker whose next sample would
     exceed it waits for the learner. Bounds the policy lag (docs/system.md, "Policy lag")."""
-    max_worker_restarts: int = 3
+    max_worker_restarts: Annotated[int, Int(ge=0)] = 3
     """Ray restarts of a rollout actor that died (its in-flight sample is retried on the new one)."""
-    max_learner_restarts: int = 3
+    max_learner_restarts: Annotated[int, Int(ge=0)] = 3
     """Ray mode: times a learner actor that died (killed, out of memory) is replaced within the run, resuming from
     its newest checkpoint: diag.jsonl is cut back to that step and goes on from it, no gap and no duplicate."""
     time_limit_s: float = 0.0
@@ -54,20 +56,7 @@ class DriverConfig:
     ends 'done' with a checkpoint at the step it reached, like a run of that many steps."""
 
     def errors(self) -> list[str]:
-        errs = []
-        for name, lo in (
-            ("steps", 1),
-            ("rollout_workers", 1),
-            ("fold", 0),
-            ("broadcast_every", 1),
-            ("checkpoint_every", 1),
-            ("max_payloads_waiting", 1),
-            ("max_worker_restarts", 0),
-            ("max_learner_restarts", 0),
-        ):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < lo:
-                errs.append(f"driver.{name}={v!r} must be an int >= {lo}")
+        errs = list(field_errors(self, "driver").values())
         res = self.learner_resources
         if not isinstance(res, dict) or not all(
             isinstance(k, str) and k and k not in ("CPU", "GPU") and isinstance(v, int | float)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import math
+import types
 import typing
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,12 +18,13 @@ from actors.config import RolloutConfig
 from actors.kill_rules import KillConfig
 from actors.wire import WireLimits
 from foxhunt_ray.config import RunConfig
+from foxhunt_ray.plan import DriverConfig
 from learner.config import LearnerConfig
 from lobsim_env.config import MarketConfig, MarketConfigError, SyntheticConfig
 from lobsim_env.validation import Bool, ConfigError, InputError, Int, Number, OneOf, Rule, field_errors
 
 ROOT = Path(__file__).resolve().parents[1]
-CONFIGS = (LearnerConfig, RolloutConfig, MarketConfig, SyntheticConfig, KillConfig, WireLimits, RunConfig)
+CONFIGS = (LearnerConfig, RolloutConfig, MarketConfig, SyntheticConfig, KillConfig, WireLimits, DriverConfig, RunConfig)
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -87,12 +89,15 @@ def test_every_number_field_of_every_config_carries_its_rule(cls):
     so that no value passes unchecked."""
     checked_in_code = {
         (LearnerConfig, "reward_scale"),  # a number or 'auto'
+        (DriverConfig, "time_limit_s"),  # a number of seconds >= 0, worded so in DriverConfig.errors()
+        (DriverConfig, "checkpoint_interval_s"),
     }
     hints = typing.get_type_hints(cls, include_extras=True)
     for f in dataclasses.fields(cls):
         hint = hints[f.name]
         plain = typing.get_args(hint)[0] if typing.get_origin(hint) is Annotated else hint
-        if not {plain, *typing.get_args(plain)} & {int, float, bool} or (cls, f.name) in checked_in_code:
+        options = typing.get_args(plain) if typing.get_origin(plain) in (typing.Union, types.UnionType) else (plain,)
+        if not set(options) & {int, float, bool} or (cls, f.name) in checked_in_code:
             continue
         rules = [m for m in getattr(hint, "__metadata__", ()) if isinstance(m, Rule)]
         assert rules, f"{cls.__name__}.{f.name}: give it a rule, e.g. Annotated[int, Int(ge=1)]"
