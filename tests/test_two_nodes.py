@@ -46,7 +46,8 @@ CLUSTER = textwrap.dedent(
     """
     import json, os, signal, sys
     os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # before ray is imported: every port on 127.0.0.1
-    head_temp, node_temp, dashboard_port = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    head_temp, node_temp = sys.argv[1], sys.argv[2]
+    dashboard, *ports = map(int, sys.argv[3].split(","))
     import ray._private.utils as utils
     from ray.cluster_utils import Cluster
 
@@ -55,10 +56,16 @@ CLUSTER = textwrap.dedent(
     write = utils.write_ray_address
     utils.write_ray_address = lambda address, temp_dir=None: write(address, head_temp)
     store = 300 * 2**20
+
+    def own_ports(i):  # not Ray's defaults (the agent's 52365): another Ray on the machine may hold them
+        names = ("dashboard_agent_listen_port", "metrics_export_port", "runtime_env_agent_port")
+        return dict(zip(names, ports[3 * i : 3 * i + 3]))
+
     cluster = Cluster(initialize_head=True, head_node_args=dict(
-        num_cpus=2, temp_dir=head_temp, include_dashboard=True, dashboard_host="127.0.0.1",
-        dashboard_port=dashboard_port, object_store_memory=store))
-    node = cluster.add_node(num_cpus=1, resources={"learner_node": 1}, temp_dir=node_temp, object_store_memory=store)
+        num_cpus=2, temp_dir=head_temp, include_dashboard=True, dashboard_host="127.0.0.1", dashboard_port=dashboard,
+        object_store_memory=store, **own_ports(0)))
+    node = cluster.add_node(num_cpus=1, resources={"learner_node": 1}, temp_dir=node_temp, object_store_memory=store,
+                            **own_ports(1))
     signal.signal(signal.SIGTERM, lambda *_: (cluster.shutdown(), sys.exit(0)))
     print(json.dumps({"gcs": cluster.address, "learner_node": node.node_id}), flush=True)
     signal.pause()
@@ -74,7 +81,7 @@ def _unavailable(why: str):
 
 @pytest.fixture(scope="module")
 def two_nodes():
-    (dash,) = free_ports(1)
+    ports = free_ports(7)  # the dashboard, then three of each node's own
     top = Path(tempfile.mkdtemp(prefix="r2n", dir="/tmp"))  # short: Ray's unix socket paths must stay < 108 bytes
     head_temp, node_temp = top / "h", top / "w"
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
@@ -83,7 +90,7 @@ def two_nodes():
     env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(32), RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0")
     log = open(top / "cluster.log", "w+")
     proc = subprocess.Popen(
-        [sys.executable, "-c", CLUSTER, str(head_temp), str(node_temp), str(dash)],
+        [sys.executable, "-c", CLUSTER, str(head_temp), str(node_temp), ",".join(map(str, ports))],
         env=env, stdout=subprocess.PIPE, stderr=log, text=True, start_new_session=True,
     )  # fmt: skip
     try:
@@ -92,7 +99,7 @@ def two_nodes():
             log.seek(0)
             _unavailable(f"Ray could not start a two-node cluster on this machine:\n{log.read()[-3000:]}")
         info = json.loads(line)
-        address = f"http://127.0.0.1:{dash}"
+        address = f"http://127.0.0.1:{ports[0]}"
         deadline = time.monotonic() + 60
         while ray_cli("job", "list", "--address", address, env=env, timeout=30).returncode != 0:
             if proc.poll() is not None or time.monotonic() > deadline:
@@ -117,14 +124,20 @@ def two_nodes():
 
 def submit(cluster: dict, *args: str) -> str:
     """`ray job submit` of `python -m foxhunt_ray.job ARGS` from this checkout, waiting for its end; its logs."""
-    job_id = f"foxhunt-2n-{os.getpid()}-{time.time_ns()}"
-    done = ray_cli(
-        "job", "submit", "--address", cluster["address"], "--submission-id", job_id, "--working-dir", str(ROOT),
-        "--runtime-env-json", json.dumps({"excludes": UPLOAD_EXCLUDES}), "--", "python", "-m", "foxhunt_ray.job",
-        "--rollout-workers", "1", "--learner-resources", '{"learner_node": 1}', "--quiet", *args,
-        env=cluster["env"], timeout=300,
-    )  # fmt: skip
-    logs = re.sub(r"\x1b\[[0-9;]*m", "", done.stdout + done.stderr)
+    deadline = time.monotonic() + 90
+    while True:
+        job_id = f"foxhunt-2n-{os.getpid()}-{time.time_ns()}"
+        done = ray_cli(
+            "job", "submit", "--address", cluster["address"], "--submission-id", job_id, "--working-dir", str(ROOT),
+            "--runtime-env-json", json.dumps({"excludes": UPLOAD_EXCLUDES}), "--", "python", "-m", "foxhunt_ray.job",
+            "--rollout-workers", "1", "--learner-resources", '{"learner_node": 1}', "--quiet", *args,
+            env=cluster["env"], timeout=300,
+        )  # fmt: skip
+        logs = re.sub(r"\x1b\[[0-9;]*m", "", done.stdout + done.stderr)
+        # the job API answers before the head's agent takes jobs on a loaded machine: Ray says to try again
+        if "No available agent to submit job" not in logs or time.monotonic() > deadline:
+            break
+        time.sleep(2)
     assert f"Job '{job_id}' succeeded" in logs, logs[-5000:]
     return logs
 
