@@ -9,7 +9,7 @@ last copy; the checkpoints the run folder no longer keeps are removed there too)
 `python -m foxhunt_ray.evaluate` and `python -m foxhunt_ray.report` take such a URI as RUN_DIR and read the run
 back from it (`RunStorage.fetch`).
 
-ROOT is anything fsspec opens (fsspec comes with torch: no new dependency): a local path (an NFS mount, another
+ROOT is anything fsspec opens (a declared dependency, which torch brings too): a local path (an NFS mount, another
 disk), `file://...`, or an object store with its fsspec plugin installed on the driver's node (`s3://` needs s3fs,
 `gs://` gcsfs, `abfs://` adlfs), the role pyarrow.fs plays in Ray Train. A file is copied whole: on a filesystem
 with a rename, to a temporary name first and then renamed, so a reader never sees half a file; on an object store

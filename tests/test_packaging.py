@@ -72,6 +72,33 @@ def test_dependency_floors_match_what_the_code_uses():
     assert any(d.startswith("matplotlib") for d in PYPROJECT["project"]["optional-dependencies"]["report"])
 
 
+def test_every_package_the_code_imports_is_declared():
+    """A third-party import in the installed packages names a dependency (or the report's extra): one that came
+    only through another package (fsspec through torch) would break the day that package drops it."""
+    import ast
+    import importlib.metadata
+
+    def names(reqs: list[str]) -> set[str]:
+        return {re.split(r"[<>=\[ ;]", r, maxsplit=1)[0].lower() for r in reqs}
+
+    declared = names(PYPROJECT["project"]["dependencies"])
+    extras = names(PYPROJECT["project"]["optional-dependencies"]["report"])
+    ours = set(PYPROJECT["tool"]["setuptools"]["packages"]) | {"cuda"}
+    found = set()
+    for pkg in ("foxhunt_ray", "learner", "actors", "lobsim_env"):
+        for path in (ROOT / pkg).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Import):
+                    found |= {a.name.split(".")[0] for a in node.names}
+                elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                    found.add(node.module.split(".")[0])
+    third = {m for m in found if m not in sys.stdlib_module_names and m.split(".")[0] not in ours}
+    dists = importlib.metadata.packages_distributions()
+    undeclared = {m: dists.get(m) for m in third if not {d.lower() for d in dists.get(m, [m])} & (declared | extras)}
+    assert not undeclared, f"imported but not in pyproject's dependencies: {undeclared}"
+    assert {"torch", "ray", "numpy", "gymnasium", "msgpack", "fsspec"} <= third  # the scan sees the imports
+
+
 def test_bootstrap_installs_from_the_constraints_file_which_pins_every_tool_the_tests_run():
     bootstrap = (ROOT / "bootstrap").read_text()
     assert "-c constraints.txt" in bootstrap
