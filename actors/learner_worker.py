@@ -18,7 +18,8 @@ one GPU host"). Policy weights are copied to pinned memory after each payload's 
 A checkpoint is bytes, never a file written here: `checkpoint()` returns one, and the periodic ones wait in
 `take_checkpoints()` for the caller, who writes them into the run folder with `write_checkpoint` (the serial loop
 in its process; in Ray mode the monitor actor on the driver's node, so a learner on another node never needs the
-run folder's disk: foxhunt_ray.remote). `write_checkpoint` writes run_dir/checkpoints/ckpt_<step>.pt to a
+run folder's disk: foxhunt_ray.remote). What a checkpoint holds and how it is read: actors.checkpoints.
+`write_checkpoint` writes run_dir/checkpoints/ckpt_<step>.pt to a
 temporary file, fsyncs and renames it, so a crash never leaves half a checkpoint under the final name, and keeps
 the newest KEEP_CHECKPOINTS. A checkpoint holds the Learner's state (replay included: a resume continues
 bit-exactly on the learner side), the episode totals and the bad payload count, so a resumed run's diag continues
@@ -30,7 +31,6 @@ from __future__ import annotations
 
 import dataclasses
 import io
-import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -39,19 +39,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from actors.checkpoints import RUN_CHECKPOINT_FORMAT, Checkpoint, CheckpointError, describe, read_checkpoint
 from actors.episode_stats import EpisodeStats
-from actors.files import write_atomic
 from actors.wire import DEFAULT_LIMITS, PayloadDecoder, WireLimits
 from learner.config import LearnerConfig
 from learner.learner import Learner, _Pending
 from learner.replay import BATCH_DTYPES, rollout_from_batch
-
-CHECKPOINT_DIR = "checkpoints"
-RUN_CHECKPOINT_FORMAT = "foxhunt_ray.run/1"
-KEEP_CHECKPOINTS = 2
-"""Checkpoints a run folder keeps: two, since a resume may need the one before a checkpoint whose diag line was
-never written."""
-_CKPT_NAME = re.compile(r"^ckpt_(\d{8,})\.pt$")
 
 TIMING_KEYS: tuple[str, ...] = (
     "decode_s",
@@ -72,43 +65,6 @@ checkpoint_s, and, by CUDA events on a GPU learner: h2d_gpu_s (the rollout's cop
 (from a payload's first step to its last on the learner's stream: the steps' work and any wait for the host's
 launches in between) and update_gpu_s (the captured updates' replays alone: the learner's GPU work; on a CPU
 learner, the steps' time); and the payloads and updates done."""
-
-
-def checkpoint_path(run_dir: str | Path, step: int) -> Path:
-    return Path(run_dir) / CHECKPOINT_DIR / f"ckpt_{step:08d}.pt"
-
-
-def list_checkpoints(run_dir: str | Path) -> list[tuple[int, Path]]:
-    """(step, path) of every complete checkpoint of a run, oldest first (temporary files are not listed)."""
-    folder = Path(run_dir) / CHECKPOINT_DIR
-    if not folder.is_dir():
-        return []
-    found = [(int(m.group(1)), p) for p in folder.iterdir() if (m := _CKPT_NAME.match(p.name))]
-    return sorted(found)
-
-
-def latest_checkpoint(run_dir: str | Path) -> tuple[int, Path] | None:
-    found = list_checkpoints(run_dir)
-    return found[-1] if found else None
-
-
-@dataclass(kw_only=True, frozen=True)
-class Checkpoint:
-    """A learner checkpoint in memory: its step and the bytes of ckpt_<step>.pt (torch.save of the state)."""
-
-    step: int
-    data: bytes
-
-
-def write_checkpoint(run_dir: str | Path, checkpoint: Checkpoint, *, keep: int = KEEP_CHECKPOINTS) -> Path:
-    """Writes run_dir/checkpoints/ckpt_<step>.pt whole or not at all (a temporary file, fsync, rename; a failed
-    write removes the temporary file) and removes all but the newest `keep`; returns its path."""
-    path = checkpoint_path(run_dir, checkpoint.step)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, checkpoint.data, sync=True)
-    for _, old in list_checkpoints(run_dir)[:-keep]:
-        old.unlink(missing_ok=True)
-    return path
 
 
 @dataclass(kw_only=True)
@@ -411,22 +367,21 @@ class LearnerWorker:
         return out
 
     def load(self, source: str | Path | bytes) -> int:
-        """Restores a checkpoint (a file, or its bytes); returns its learner step."""
-        what = f"checkpoint {source}" if not isinstance(source, bytes) else f"the checkpoint's {len(source):,} bytes"
-        try:
-            state = torch.load(
-                io.BytesIO(source) if isinstance(source, bytes) else source, map_location="cpu", weights_only=True
-            )
-        except Exception as err:  # torch raises several types for a bad file; name the file and the fix
-            raise ValueError(f"cannot read {what}: {err}; resume from another checkpoint") from None
-        if not isinstance(state, dict) or state.get("format") != RUN_CHECKPOINT_FORMAT:
-            got = state.get("format") if isinstance(state, dict) else type(state).__name__
-            raise ValueError(f"{what} is not a run checkpoint: format={got!r}, expected {RUN_CHECKPOINT_FORMAT!r}")
+        """Restores a checkpoint (a file, or its bytes; actors.checkpoints reads it); returns its learner step.
+        Raises CheckpointError naming it when it cannot be read or does not load into this learner."""
+        state = read_checkpoint(source)
         self._collect(keep_last=False)
         self._done = []
-        self.learner.load_state_dict(state["learner"])
-        self.stats = EpisodeStats(**{**state["stats"], "has_pnl": self.stats.has_pnl})
-        self.decoder.bad_payloads = int(state["bad_payloads"])
+        try:
+            self.learner.load_state_dict(state["learner"])
+            stats = EpisodeStats(**{**state["stats"], "has_pnl": self.stats.has_pnl})
+            bad_payloads = int(state["bad_payloads"])
+        except Exception as err:  # a missing key, a tensor of another shape: name the file, not a traceback
+            raise CheckpointError(
+                f"{describe(source)} does not load into this learner ({type(err).__name__}: {str(err)[:200]}); "
+                "resume from another checkpoint (--resume-checkpoint STEP|PATH)"
+            ) from None
+        self.stats, self.decoder.bad_payloads = stats, bad_payloads
         self._last_checkpoint = (self.learner.step, time.monotonic())
         self._weights = self.learner.policy_weights()
         return self.learner.step

@@ -46,9 +46,9 @@ def main(argv: list[str] | None = None) -> int:
     import ray._private.utils as ray_utils
     from ray.cluster_utils import Cluster
 
+    from actors.checkpoints import Checkpoint, write_checkpoint
     from actors.envs import probe_env
     from actors.kill_rules import KillConfig
-    from actors.learner_worker import Checkpoint, write_checkpoint
     from foxhunt_ray import remote
     from foxhunt_ray.presets import run_preset
 

@@ -33,9 +33,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     import ray
-    import torch
 
-    from actors.learner_worker import list_checkpoints
+    from actors.checkpoints import list_checkpoints, read_checkpoint
     from actors.monitor import read_diag, step_records
     from foxhunt_ray import driver
     from foxhunt_ray.loops import LEARNER_NAME
@@ -76,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     complete = steps == list(range(1, args.steps + 1))
     summary = json.loads((run_dir / "summary.json").read_text())
     step, path = list_checkpoints(run_dir)[-1]
-    sd = torch.load(path, map_location="cpu", weights_only=True)["learner"]  # the learner worker's checkpoint
+    sd = read_checkpoint(path)["learner"]
     learner = Learner(LearnerConfig(**sd["config"]), obs_dim=sd["obs_dim"], n_actions=sd["n_actions"])
     learner.load_state_dict(sd)
     loads = learner.step == step == args.steps

@@ -42,10 +42,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from actors.checkpoints import list_checkpoints
 from actors.envs import EnvSpaces, is_market, probe_env
 from actors.files import disk_full, remove_tmp_files, write_atomic
 from actors.kill_rules import EXIT_ERROR, EXIT_OK
-from actors.learner_worker import list_checkpoints
 from actors.monitor import DIAG_FILE, SUMMARY_FILE, DiagFileError, Monitor, load_baseline, read_diag, step_records
 from foxhunt_ray import provenance, run_folder
 from foxhunt_ray.config import ConfigError, RunConfig, apply_overrides, from_dict, market_reward_scale

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from actors.learner_worker import RUN_CHECKPOINT_FORMAT, checkpoint_path, latest_checkpoint, list_checkpoints
+from actors.checkpoints import CheckpointError, checkpoint_path, latest_checkpoint, list_checkpoints, read_checkpoint
 from actors.monitor import DIAG_FILE, DiagFileError, read_diag
 from foxhunt_ray import provenance
 from foxhunt_ray.config import RunConfig, from_dict
@@ -49,7 +49,6 @@ from foxhunt_ray.loops import RESUME_SEED_STRIDE
 from foxhunt_ray.plan import DriverConfig
 from foxhunt_ray.run_folder import resolve_run_dir
 from foxhunt_ray.storage import StorageError, fetch_to_temp, is_uri
-from learner.learner import CHECKPOINT_FORMAT as LEARNER_FORMAT
 from learner.network import NET_FIELDS, MainNet, PolicyNet, flatten_parameters_, main_net, policy_from_weights
 from lobsim_env import ENV_ID, LobVectorEnv, MarketConfig
 from lobsim_env.baselines import NEEDS_LATENT_REGIME, POLICIES, Policy, run_episodes
@@ -140,22 +139,18 @@ def resolve_checkpoint(run_dir: str | Path, checkpoint: str | Path | int | None)
 
 
 def _read_checkpoint(path: Path) -> tuple[int, dict]:
-    """(step, the learner's state) of a run checkpoint; mmap: its replay buffer is never read."""
+    """(step, the learner's state) of a run checkpoint (actors.checkpoints); mmap: its replay is never read."""
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    except Exception as err:  # torch raises several types for a damaged file; name the file and the fix
-        kept = [s for s, _ in list_checkpoints(path.parent.parent)]
-        raise EvaluationError(
-            f"cannot read checkpoint {path} ({type(err).__name__}: {err}); it is damaged or not a checkpoint: "
-            f"evaluate another one with --checkpoint STEP (this run keeps steps {kept})"
-        ) from None
-    if not isinstance(state, dict) or state.get("format") != RUN_CHECKPOINT_FORMAT:
-        got = state.get("format") if isinstance(state, dict) else type(state).__name__
-        raise EvaluationError(f"{path} is not a run checkpoint: format={got!r}, expected {RUN_CHECKPOINT_FORMAT!r}")
-    learner = state.get("learner")
-    if not isinstance(learner, dict) or learner.get("format") != LEARNER_FORMAT:
-        raise EvaluationError(f"{path} holds no learner state of format {LEARNER_FORMAT!r}: not a run checkpoint")
-    return int(state["step"]), learner
+        state = read_checkpoint(path, mmap=True)
+    except CheckpointError as err:
+        raise EvaluationError(f"{err}; {_another(path)}") from None
+    return state["step"], state["learner"]
+
+
+def _another(path: Path) -> str:
+    """The fix for a checkpoint that cannot be evaluated: name another one."""
+    kept = [s for s, _ in list_checkpoints(path.parent.parent)]
+    return f"evaluate another one with --checkpoint STEP (this run keeps steps {kept})"
 
 
 def load_agent(path: Path, run: RunConfig, *, obs_dim: int, n_actions: int, head: str = "pi") -> tuple[Policy, int]:
@@ -187,12 +182,15 @@ def load_agent(path: Path, run: RunConfig, *, obs_dim: int, n_actions: int, head
     with torch.random.fork_rng(devices=[]):  # the throwaway initial weights leave the caller's RNG alone
         net = main_net(cfg, obs_dim, n_actions)
     flat, _ = flatten_parameters_(net)
-    saved = learner["main"]["flat"]
+    main = learner.get("main")
+    saved = main.get("flat") if isinstance(main, dict) else None
+    if not torch.is_tensor(saved) or not saved.is_floating_point():
+        raise EvaluationError(f"{path} holds no learner main.flat parameters (damaged?); {_another(path)}")
     if tuple(saved.shape) != tuple(flat.shape):
         raise EvaluationError(
             f"{path} main.flat has {tuple(saved.shape)} parameters, the network of config.json (hidden_dim="
             f"{cfg.hidden_dim}, encoder_layers={cfg.encoder_layers}, n_atoms={cfg.n_atoms}, obs_dim={obs_dim}) "
-            f"has {tuple(flat.shape)}: the checkpoint does not belong to this config"
+            f"has {tuple(flat.shape)}: the checkpoint does not belong to this config; {_another(path)}"
         )
     with torch.no_grad():
         flat.copy_(saved)

@@ -26,8 +26,9 @@ import time
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from actors.checkpoints import Checkpoint
 from actors.config import RolloutConfig
-from actors.learner_worker import Checkpoint, LearnerWorker
+from actors.learner_worker import LearnerWorker
 from actors.monitor import Monitor
 from actors.rollout import RolloutWorker
 from foxhunt_ray.storage import RunStorage, keep_checkpoints

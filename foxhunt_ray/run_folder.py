@@ -34,8 +34,8 @@ import socket
 import time
 from pathlib import Path
 
+from actors.checkpoints import CheckpointError, checkpoint_path, list_checkpoints, load_problem, read_checkpoint
 from actors.files import write_atomic
-from actors.learner_worker import RUN_CHECKPOINT_FORMAT, checkpoint_path, list_checkpoints
 from learner.config import LearnerConfig
 from learner.learner import config_differences
 from lobsim_env.validation import InputError
@@ -170,23 +170,15 @@ def accept_config_change(run_dir: str | Path, text: str, step: int, changes: lis
 
 
 def checkpoint_problem(path: Path, learner: LearnerConfig, obs_dim: int, n_actions: int) -> tuple[int, str | None]:
-    """(its step, None) for a checkpoint this run's learner can load, else (step or -1, why not). Read with
-    weights_only (no pickled code runs) and mmap (its replay is not read)."""
-    import torch
-
+    """(its step, None) for a checkpoint this run's learner can load, else (step or -1, why not). Read by
+    actors.checkpoints (no pickled code runs), its learner config and spaces compared, then the whole load tried
+    on a throwaway learner: a checkpoint that would fail in the run (a tensor of another shape, a missing key) is
+    refused here, before anything in the run folder changes."""
     try:
-        if path.stat().st_size == 0:
-            return -1, "the file is empty (a write that never finished)"
-        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    except Exception as err:  # torch raises many types: truncated zip, unsafe pickle, not a torch file
-        why = str(err).strip().splitlines()[0][:200] if str(err).strip() else ""
-        return -1, f"unreadable ({type(err).__name__}{': ' + why if why else ''})"
-    if not isinstance(state, dict) or state.get("format") != RUN_CHECKPOINT_FORMAT:
-        got = state.get("format") if isinstance(state, dict) else type(state).__name__
-        return -1, f"not a run checkpoint (format {got!r}, expected {RUN_CHECKPOINT_FORMAT!r})"
-    step, saved = state.get("step"), state.get("learner")
-    if not isinstance(step, int) or not isinstance(saved, dict) or not isinstance(saved.get("config"), dict):
-        return -1, "not a run checkpoint (no step or learner config)"
+        state = read_checkpoint(path, mmap=True)
+    except CheckpointError as err:
+        return -1, err.why
+    step, saved = state["step"], state["learner"]
     diff = config_differences(learner, saved["config"])
     if diff:
         shown = ", ".join(f"{k}={saved['config'].get(k)!r} (config.json: {getattr(learner, k, None)!r})" for k in diff)
@@ -196,7 +188,7 @@ def checkpoint_problem(path: Path, learner: LearnerConfig, obs_dim: int, n_actio
             f"trained on obs_dim {saved.get('obs_dim')}, {saved.get('n_actions')} actions; this env gives "
             f"{obs_dim}, {n_actions}"
         )
-    return step, None
+    return step, load_problem(state, learner, obs_dim, n_actions)
 
 
 @dataclasses.dataclass(kw_only=True, frozen=True)

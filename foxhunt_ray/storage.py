@@ -28,8 +28,8 @@ import tempfile
 import time
 from pathlib import Path, PurePosixPath
 
+from actors.checkpoints import CHECKPOINT_DIR, Checkpoint, write_checkpoint
 from actors.files import TMP_SUFFIX
-from actors.learner_worker import CHECKPOINT_DIR, Checkpoint, write_checkpoint
 from foxhunt_ray.run_folder import LOCK_FILE
 from lobsim_env.validation import InputError
 

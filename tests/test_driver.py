@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from actors.learner_worker import list_checkpoints
+from actors.checkpoints import list_checkpoints
 from actors.monitor import read_diag, step_records
 from foxhunt_ray import driver, provenance
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from actors.learner_worker import list_checkpoints
+from actors.checkpoints import list_checkpoints
 from actors.monitor import DiagFileError, read_diag, step_records
 from foxhunt_ray import driver, evaluate, report
 

@@ -13,15 +13,9 @@ import pytest
 import torch
 
 from actors import wire
+from actors.checkpoints import Checkpoint, checkpoint_path, latest_checkpoint, list_checkpoints, write_checkpoint
 from actors.config import RolloutConfig
-from actors.learner_worker import (
-    Checkpoint,
-    LearnerWorker,
-    checkpoint_path,
-    latest_checkpoint,
-    list_checkpoints,
-    write_checkpoint,
-)
+from actors.learner_worker import LearnerWorker
 from actors.rollout import RolloutWorker
 from foxhunt_ray import provenance
 from foxhunt_ray.presets import preset, run_preset

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from actors.learner_worker import list_checkpoints
+from actors.checkpoints import list_checkpoints
 from foxhunt_ray import driver, report, run_folder, storage
 from foxhunt_ray.evaluate import evaluate_run
 

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pytest
 
-from actors.learner_worker import list_checkpoints
+from actors.checkpoints import list_checkpoints
 from foxhunt_ray import provenance
 from foxhunt_ray.evaluate import evaluate_run
 from tests.test_cluster import UPLOAD_EXCLUDES, free_ports, ray_cli
