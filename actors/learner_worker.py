@@ -42,7 +42,7 @@ import torch
 from actors.checkpoints import RUN_CHECKPOINT_FORMAT, Checkpoint, CheckpointError, describe, read_checkpoint
 from actors.episode_stats import EpisodeStats
 from actors.wire import DEFAULT_LIMITS, PayloadDecoder, WireLimits
-from learner.config import LearnerConfig
+from learner.config import NO_FAULTS, FaultInjection, LearnerConfig
 from learner.learner import Learner, _Pending
 from learner.replay import BATCH_DTYPES, rollout_from_batch
 
@@ -107,10 +107,12 @@ class LearnerWorker:
         checkpoint_interval_s: float = 0.0,
         limits: WireLimits = DEFAULT_LIMITS,
         has_pnl: bool = True,
+        faults: FaultInjection = NO_FAULTS,
     ):
         """checkpoint_every: M, take a checkpoint once the step passes a multiple of M (None: only when asked),
         and no sooner than checkpoint_interval_s seconds after the last one; it waits in take_checkpoints().
-        has_pnl: the env reports pnl_usd (the market; EpisodeStats.has_pnl)."""
+        has_pnl: the env reports pnl_usd (the market; EpisodeStats.has_pnl). faults: test-only faults the Learner
+        makes on purpose (learner.config.FaultInjection)."""
         errs = []
         m = checkpoint_every
         if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m < 1):
@@ -122,7 +124,9 @@ class LearnerWorker:
             raise ValueError("cannot build LearnerWorker:\n  " + "\n  ".join(errs))
         if device is None:
             device = "cuda" if torch.cuda.is_available() else "cpu"
-        self.learner = Learner(cfg, obs_dim=int(obs_dim), n_actions=int(n_actions), device=device, seed=seed)
+        self.learner = Learner(
+            cfg, obs_dim=int(obs_dim), n_actions=int(n_actions), device=device, seed=seed, faults=faults
+        )
         self.on_cuda = self.learner.device.type == "cuda"
         if self.learner.graph is not None:
             self.learner.graph.timed = True

@@ -28,6 +28,7 @@ from actors.config import RolloutConfig
 from actors.envs import is_market, make_envs
 from learner.network import PolicyNet, policy_from_weights
 from lobsim_env import ENV_ID, MarketConfig
+from lobsim_env.seeds import book_seed
 
 
 def policy_device(setting: str) -> torch.device:
@@ -40,11 +41,6 @@ def policy_device(setting: str) -> torch.device:
             "workers a GPU (under Ray the driver does when the cluster has one)"
         )
     return torch.device(setting)
-
-
-def book_seed(seed: int, worker_index: int, num_envs: int) -> int:
-    """Seed of book 0 of a worker; book i gets this + i. Workers' books never overlap (docs/market.md)."""
-    return seed + worker_index * num_envs
 
 
 class RolloutWorker:

@@ -27,6 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 from actors.kill_rules import KillConfig, KillRules  # noqa: E402
 from actors.monitor import DiagFileError, read_diag, step_records  # noqa: E402
+from foxhunt_ray.run_folder import read_config_doc  # noqa: E402
 
 DEFAULT_STEPS = (250, 500, 750, 1000, 2000, 5000)
 
@@ -59,7 +60,7 @@ def summarize(run: dict, baseline: dict[int, dict] | None, steps: tuple[int, ...
     records = step_records(read_diag(run_dir / "diag.jsonl"))
     if not records:
         raise SystemExit(f"{run_dir}/diag.jsonl has no step lines: the run did not train; re-run bench_learning")
-    config = json.loads((run_dir / "config.json").read_text())
+    config = read_config_doc(run_dir)
     kill = KillConfig(**config["run"]["kill"])
     after = [r for r in records if r["step"] > kill.qpa_warmup_steps and r.get("qpa_ema") is not None]
     low = min(after, key=lambda r: r["qpa_ema"]) if after else None

@@ -32,6 +32,7 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 from foxhunt_ray.evaluate import evaluate_run  # noqa: E402
+from foxhunt_ray.run_folder import read_config_doc  # noqa: E402
 
 
 def train(
@@ -81,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
             run_dir = train(preset, seed, args.minutes, out, args.rollout_workers, args.serial, args.steps, choices)
             wall = time.monotonic() - start
             summary = json.loads((run_dir / "summary.json").read_text())
-            ran = json.loads((run_dir / "config.json").read_text())["run"]
+            ran = read_config_doc(run_dir)["run"]
             ev = evaluate_run(run_dir, episodes=args.episodes, progress=lambda line: print(line, flush=True))
             pol = ev["policies"]
             agent = pol["agent"]["pnl_usd_mean"]

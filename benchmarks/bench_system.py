@@ -49,6 +49,7 @@ from actors.monitor import read_diag, step_records  # noqa: E402
 from actors.rollout import RolloutWorker  # noqa: E402
 from foxhunt_ray import driver  # noqa: E402
 from foxhunt_ray.presets import run_preset  # noqa: E402
+from foxhunt_ray.run_folder import read_config_doc  # noqa: E402
 from learner.learner import Learner  # noqa: E402
 from lobsim_env import N_ACTIONS  # noqa: E402
 from lobsim_env.market import obs_size  # noqa: E402
@@ -128,7 +129,7 @@ def system_run(args: argparse.Namespace, out: Path) -> dict:
         raise SystemExit(f"the run {argv} exited {code}")
     (run_dir,) = out.glob("*/*/0")  # OUT/<code_sha>/<name>/<fold>
     recs = step_records(read_diag(run_dir / "diag.jsonl"))
-    config = json.loads((run_dir / "config.json").read_text())
+    config = read_config_doc(run_dir)
     a, b = recs[len(recs) // 2] if recs else None, recs[-1] if recs else None
     if a is None or b["time"] <= a["time"]:
         raise SystemExit(

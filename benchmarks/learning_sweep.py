@@ -37,7 +37,7 @@ from foxhunt_ray.presets import run_preset
 from learner.network import policy_from_weights
 from lobsim_env import N_ACTIONS, obs_size
 from lobsim_env.baselines import run_episodes
-from lobsim_env.folds import heldout_seed
+from lobsim_env.seeds import heldout_seed
 
 
 def main(spec: dict) -> None:

@@ -39,7 +39,7 @@ def market_reward_scale(market: MarketConfig) -> float:
     [-10, 10], so nine of its returns in ten fit it and the rest are clipped to its edge (32 books x 1,000 steps
     measured). The sweep (BENCHMARKS.md, "Learning quality") found 0.04 to learn and 0.1 not (at 0.1 more than
     half of the oracle's returns lie beyond the support: their median |G| is $123); a one-tick unit (0.016) did
-    worse than 0.04 on the one seed tried ("The main job on a 2-core box (issue 13)"). The same rule scales a
+    worse than 0.04 on the one seed tried ("The main job on a 2-core box"). The same rule scales a
     LOBSTER replay (usd_per_tick 0.01 a share) to its own units."""
     return 2.0 / (market.usd_per_tick * market.position_limit)
 
@@ -58,7 +58,8 @@ class RunConfig:
     (foxhunt_ray.presets.SIZINGS); a label, the values are the learner's and rollout's fields. None: not
     recorded."""
     seed: Annotated[int, Int(ge=0)] = 0
-    """Base seed: rollout worker i seeds its books with seed + i; the learner uses seed."""
+    """Base seed: rollout worker w of B books seeds its book i with seed + w*B + i (lobsim_env.seeds); the learner uses
+    seed."""
     env_id: str = ENV_ID
     """Gymnasium id the rollout workers step: the market (configured by `market`) or any registered id with a
     1-D Box observation and a Discrete action space; 'module:Id' imports module first (docs/running.md)."""

@@ -48,27 +48,29 @@ from actors.files import disk_full, remove_tmp_files, write_atomic
 from actors.kill_rules import EXIT_ERROR, EXIT_OK
 from actors.monitor import DIAG_FILE, SUMMARY_FILE, DiagFileError, Monitor, load_baseline, read_diag, step_records
 from foxhunt_ray import provenance, run_folder
-from foxhunt_ray.config import ConfigError, RunConfig, apply_overrides, from_dict, market_reward_scale
+from foxhunt_ray.config import ConfigError, RunConfig, apply_overrides, market_reward_scale
 from foxhunt_ray.loops import Hook, LearnerLost, Progress, run_ray, run_serial
 from foxhunt_ray.plan import DriverConfig, Plan
 from foxhunt_ray.presets import PRESET_NAMES, SETTINGS, SIZING_NAMES, SIZINGS, run_preset
 from foxhunt_ray.run_folder import (
+    CONFIG_FILE,
+    RunFolderError,
     RunLock,
     accept_config_change,
     check_name,
     config_changes,
     out_of,
     point_latest,
+    read_config,
     record_config,
     resolve_run_dir,
     resume_point,
     run_name,
 )
 from foxhunt_ray.storage import RunStorage, check_root, is_uri, root_of, split_run_uri
+from learner.config import RETIRED_FIELDS, FaultInjection
 from lobsim_env import ENV_ID
 from lobsim_env.validation import InputError
-
-CONFIG_FILE = "config.json"
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -247,6 +249,8 @@ def read_config_file(path: str) -> tuple[dict[str, str], list[str]]:
         ) from None
     if isinstance(doc, dict) and isinstance(doc.get("run"), dict):  # a run folder's config.json
         doc = doc["run"]
+        if isinstance(doc.get("learner"), dict):  # one of older code: its test-only faults are not carried over
+            doc = {**doc, "learner": {k: v for k, v in doc["learner"].items() if k not in RETIRED_FIELDS}}
     if not isinstance(doc, dict):
         raise UsageError(f"--config={path}: holds a {type(doc).__name__}, not a table of RunConfig fields")
     choices = {k: doc[k] for k in _CHOICES_IN_A_FILE if doc.get(k) is not None}
@@ -295,10 +299,8 @@ def resolve(args: argparse.Namespace) -> Plan:
         sets.append(f"seed={args.seed}")
     if args.envs_per_worker is not None:
         sets.append(f"rollout.num_envs={args.envs_per_worker}")
-    if args.inject_nan_at is not None:
-        sets.append(f"learner.inject_nan_at={args.inject_nan_at}")
-    if args.flip_distill_sign:
-        sets.append("learner.flip_distill_sign=true")
+    faults = FaultInjection(inject_nan_at=args.inject_nan_at, flip_distill_sign=args.flip_distill_sign)
+    errs += faults.errors()
     spaces = None
     try:
         config = apply_overrides(config, sets)
@@ -362,6 +364,7 @@ def resolve(args: argparse.Namespace) -> Plan:
         sizing_reason=sizing_reason,
         monitor_resume_at=0 if note else None,
         notes=(note,) if note else (),
+        faults=faults,
     )
 
 
@@ -503,12 +506,10 @@ def _resolve_resume(args: argparse.Namespace, sha: str) -> Plan:
             " --max-payloads-waiting, --time-limit-s, --learner-resources, --serial may change)"
         )
     try:
-        text = (run_dir / CONFIG_FILE).read_text()
-        saved = json.loads(text)
-        config = from_dict(RunConfig, saved["run"]).validate()
-        driver = from_dict(DriverConfig, {**saved["driver"], **_driver_flags(args)})
-    except (OSError, ValueError, KeyError, TypeError) as err:
-        raise UsageError(f"cannot resume {run_dir}: {CONFIG_FILE} unreadable ({err}); pass a run folder") from None
+        record = read_config(run_dir, _driver_flags(args))
+    except RunFolderError as err:
+        raise UsageError(f"cannot resume {run_dir}: {err}") from None
+    text, saved, config, driver = record.text, record.doc, record.run, record.driver
     if getattr(args, "resume_storage", None):  # resumed from a storage URI: it stays the run's storage
         driver = dataclasses.replace(driver, storage=args.resume_storage)
     changes = config_changes(run_dir, text) or []
@@ -568,6 +569,7 @@ def _resolve_resume(args: argparse.Namespace, sha: str) -> Plan:
         monitor_resume_at=point.step,
         notes=tuple(notes),
         config_change=tuple(changes),
+        faults=record.faults,
     )
 
 
@@ -590,7 +592,8 @@ def _done_at(run_dir: Path) -> int | None:
 
 
 def write_config(plan: Plan) -> None:
-    """config.json: the resolved RunConfig and DriverConfig, code_sha and baseline (atomic write)."""
+    """config.json: the resolved RunConfig and DriverConfig, the test-only faults (apart from the learner config:
+    never part of what a checkpoint must match), code_sha and baseline (atomic write)."""
     plan.run_dir.mkdir(parents=True, exist_ok=True)
     doc = {
         "code_sha": plan.code_sha,
@@ -598,6 +601,7 @@ def write_config(plan: Plan) -> None:
         "baseline": plan.baseline,
         "run": plan.config.to_dict(),
         "driver": dataclasses.asdict(plan.driver),
+        "faults": dataclasses.asdict(plan.faults),
     }
     text = json.dumps(doc, indent=2, sort_keys=True) + "\n"
     write_atomic(plan.run_dir / CONFIG_FILE, text)
@@ -683,7 +687,11 @@ def _main(args: argparse.Namespace, lock: RunLock | None, *, ray_init, hook, aft
     try:
         plan = resolve(args)
         if getattr(args, "print_config", False):  # nothing started: no Ray, no run folder
-            doc = {"run": plan.config.to_dict(), "driver": dataclasses.asdict(plan.driver)}  # config.json's layout
+            doc = {  # config.json's layout
+                "run": plan.config.to_dict(),
+                "driver": dataclasses.asdict(plan.driver),
+                "faults": dataclasses.asdict(plan.faults),
+            }
             print(json.dumps(doc, indent=2, sort_keys=True))
             return EXIT_OK
         stamp = {

@@ -3,7 +3,7 @@
 The agent (the run's newest checkpoint, or `--checkpoint`) plays the held-out episodes of the run's fold next
 to flat, random, order-book imbalance and, on the synthetic market, the oracle, all through the one loop of
 `lobsim_env.baselines.run_episodes` on the same seeds, so every policy meets the same episodes. The synthetic
-held-out day of fold k is `lobsim_env.folds.heldout_seed(k) + i` for book i, checked against every seed the
+held-out day of fold k is `lobsim_env.seeds.heldout_seed(k) + i` for book i, checked against every seed the
 run's training books had; `--lobster PATH` plays windows of a replayed LOBSTER day instead (no oracle there, one
 day, out of the training distribution: the command says so). It prints a table and keeps the evaluation's own
 record, RUN_DIR/evaluations/<market>-<fold or file>-step<step>-<episodes>ep-....json, plus, for the synthetic
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import sys
 import time
 from collections.abc import Callable
@@ -31,8 +30,7 @@ import torch
 from actors.checkpoints import CheckpointError, checkpoint_path, latest_checkpoint, list_checkpoints, read_checkpoint
 from actors.monitor import DIAG_FILE, DiagFileError, read_diag
 from foxhunt_ray import provenance
-from foxhunt_ray.config import RunConfig, from_dict
-from foxhunt_ray.driver import CONFIG_FILE
+from foxhunt_ray.config import RunConfig
 from foxhunt_ray.evaluations import (
     EVALUATION_FILE,
     EVALUATIONS_DIR,
@@ -45,15 +43,14 @@ from foxhunt_ray.evaluations import (
     write_json,
     write_record,
 )
-from foxhunt_ray.loops import RESUME_SEED_STRIDE
 from foxhunt_ray.plan import DriverConfig
-from foxhunt_ray.run_folder import resolve_run_dir
+from foxhunt_ray.run_folder import RunFolderError, read_config, resolve_run_dir
 from foxhunt_ray.storage import StorageError, fetch_to_temp, is_uri
 from learner.network import NET_FIELDS, MainNet, PolicyNet, flatten_parameters_, main_net, policy_from_weights
-from lobsim_env import ENV_ID, LobVectorEnv, MarketConfig
+from lobsim_env import ENV_ID, LobVectorEnv, MarketConfig, seeds
 from lobsim_env.baselines import NEEDS_LATENT_REGIME, POLICIES, Policy, run_episodes
-from lobsim_env.folds import HELDOUT_FOLD_STRIDE, heldout_seed
 from lobsim_env.lobster.market import lobster_config
+from lobsim_env.seeds import HELDOUT_FOLD_STRIDE, RESUME_SEED_STRIDE, heldout_seed
 from lobsim_env.validation import InputError
 
 DEFAULT_EPISODES = 64
@@ -87,20 +84,13 @@ class EvaluationError(InputError):
 
 def load_run(run_dir: str | Path) -> tuple[RunConfig, DriverConfig, dict]:
     """The run's resolved RunConfig and DriverConfig from its config.json, and the whole file."""
-    path = Path(run_dir) / CONFIG_FILE
     if not Path(run_dir).is_dir():
         raise EvaluationError(f"RUN_DIR={run_dir} is not a folder: pass a run folder OUT/<code_sha>/<name>/<fold>/")
     try:
-        saved = json.loads(path.read_text())
-        run = from_dict(RunConfig, saved["run"]).validate()
-        driver = from_dict(DriverConfig, saved["driver"])
-    except FileNotFoundError:
-        raise EvaluationError(
-            f"{path} does not exist: RUN_DIR must be a run folder OUT/<code_sha>/<name>/<fold>/ written by "
-            "`python -m foxhunt_ray.local` (it holds config.json and checkpoints/)"
-        ) from None
-    except (OSError, ValueError, KeyError, TypeError) as err:
-        raise EvaluationError(f"{path} is unreadable ({err}); pass a run folder written by foxhunt_ray.local") from None
+        record = read_config(run_dir)
+    except RunFolderError as err:
+        raise EvaluationError(str(err)) from None
+    run, driver, saved = record.run, record.driver, record.doc
     if (Path(run_dir) / DIAG_FILE).exists():  # a damaged run (two writers, an edit) is not evaluated as if whole
         try:
             read_diag(Path(run_dir) / DIAG_FILE)
@@ -230,17 +220,10 @@ def _greedy_q(net: MainNet, support: torch.Tensor, w: float, n_taus: int) -> Pol
 
 
 def training_overlap(first: int, count: int, run: RunConfig, driver: DriverConfig, last_step: int) -> int | None:
-    """The first seed of first .. first+count-1 that a training book of the run may have had; None if none.
-
-    Training books are seeded run.seed + k * RESUME_SEED_STRIDE + j, j < rollout_workers * num_envs, with
-    k = 0 for a fresh run and k = the resume step for a resumed one; every k <= last_step is counted.
-    """
+    """The first seed of first .. first+count-1 that a training book of the run may have had; None if none
+    (lobsim_env.seeds.training_overlap for the run's seed and books, every resume up to last_step counted)."""
     books = driver.rollout_workers * run.rollout.num_envs
-    d = np.arange(first, first + count, dtype=np.int64) - run.seed
-    k_hi = np.minimum(last_step, np.floor_divide(d, RESUME_SEED_STRIDE))
-    k_lo = np.maximum(0, -np.floor_divide(books - 1 - d, RESUME_SEED_STRIDE))
-    hit = np.flatnonzero((d >= 0) & (k_lo <= k_hi))
-    return int(first + hit[0]) if hit.size else None
+    return seeds.training_overlap(first, count, seed=run.seed, books=books, last_step=last_step)
 
 
 def evaluation_market(run: RunConfig, lobster_path: str | Path | None, horizon: int | None) -> tuple[MarketConfig, str]:

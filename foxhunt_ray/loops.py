@@ -27,6 +27,7 @@ from actors.learner_worker import LearnerWorker
 from actors.monitor import Monitor
 from actors.rollout import RolloutWorker
 from foxhunt_ray.storage import RunStorage, keep_checkpoints
+from lobsim_env.seeds import resumed_seed
 
 if TYPE_CHECKING:
     from actors.kill_rules import KillDecision
@@ -34,7 +35,6 @@ if TYPE_CHECKING:
     from foxhunt_ray.remote import MonitorHandle
 
 TIMINGS_FILE = "timings.json"
-RESUME_SEED_STRIDE = 1_000_003  # a resumed run's rollout workers get fresh books, not the run's first episodes
 
 
 class Progress:
@@ -110,7 +110,7 @@ class Progress:
 
 
 def worker_seed(plan: Plan) -> int:
-    return plan.config.seed + plan.resume_step * RESUME_SEED_STRIDE
+    return resumed_seed(plan.config.seed, plan.resume_step)  # a resumed run's workers get fresh books
 
 
 def learner_kwargs(plan: Plan) -> dict:
@@ -121,6 +121,7 @@ def learner_kwargs(plan: Plan) -> dict:
         seed=plan.config.seed,
         checkpoint_every=plan.driver.checkpoint_every,
         checkpoint_interval_s=plan.driver.checkpoint_interval_s,
+        faults=plan.faults,
     )
 
 

@@ -13,6 +13,7 @@ from typing import Annotated
 
 from actors.envs import EnvSpaces
 from foxhunt_ray.config import RunConfig
+from learner.config import NO_FAULTS, FaultInjection
 from lobsim_env.validation import Int, field_errors
 
 
@@ -105,3 +106,6 @@ class Plan:
     """What the user is told before the run starts: a checkpoint passed over, a start from step 0, a config change."""
     config_change: tuple[str, ...] = ()
     """The fields of config.json changed since the run wrote it, accepted by --allow-config-change."""
+    faults: FaultInjection = NO_FAULTS
+    """Test-only faults the learner makes (--inject-nan-at, --flip-distill-sign), recorded in config.json apart
+    from the learner config; a resume keeps the run's own."""

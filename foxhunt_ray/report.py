@@ -53,7 +53,7 @@ from foxhunt_ray.evaluations import (
     read_evaluations,
     short_caveat,
 )
-from foxhunt_ray.run_folder import LATEST, resolve_run_dir
+from foxhunt_ray.run_folder import CONFIG_FILE, LATEST, RunFolderError, read_config_doc, resolve_run_dir
 from foxhunt_ray.storage import StorageError, fetch_to_temp, is_uri
 from learner.diag import LOSS_KEYS
 from lobsim_env.validation import InputError
@@ -61,7 +61,6 @@ from lobsim_env.validation import InputError
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-CONFIG_FILE = "config.json"
 REPORT_FILE = "report.md"
 RUN_FILES = (DIAG_FILE, SUMMARY_FILE, CONFIG_FILE)
 """A folder holding any of these is a run folder: a report is never written into one."""
@@ -230,7 +229,10 @@ def load_run(run_dir: str | Path) -> Run:
     if not step_lines:
         raise ReportError(f"{diag_path} has no step lines: the run never finished an update; drop it from the report")
     kills = [r for r in records if r.get("event") == "kill"]
-    config = _read_json(path / CONFIG_FILE, "config.json", "pass a run folder the driver wrote")
+    try:
+        config = read_config_doc(path, missing_ok=True)
+    except RunFolderError as err:
+        raise ReportError(str(err)) from None
     summary = _read_json(path / SUMMARY_FILE, "summary.json", "re-run or resume the run, or delete the file")
     try:
         evaluations = read_evaluations(path)

@@ -6,6 +6,8 @@
   (a `--resume` of a run still running, a second run into the same folder) is refused with the folder and the
   pid and host holding it, before it writes anything. The file stays (removing it would let a third process lock
   a new file while a second still holds the old one) and names the last holder.
+- **config.json** (`read_config`, `read_config_doc`): the one reader of the run's resolved config, for the
+  resume, evaluate, report and the benchmarks; a missing or malformed file is named with its fix.
 - **The config as written**: `config.sha256` (the `sha256sum` line of config.json as the driver wrote it) and
   `config.written.json` (that text) let a resume tell a hand-edited config.json from the one the run started
   with, and name the fields that differ (`config_changes`); an accepted change (`--allow-config-change`) is
@@ -36,10 +38,15 @@ from pathlib import Path
 
 from actors.checkpoints import CheckpointError, checkpoint_path, list_checkpoints, load_problem, read_checkpoint
 from actors.files import write_atomic
-from learner.config import LearnerConfig
+from foxhunt_ray.config import RunConfig, from_dict
+from foxhunt_ray.plan import DriverConfig
+from learner.config import RETIRED_FIELDS, FaultInjection, LearnerConfig
 from learner.learner import config_differences
 from lobsim_env.validation import InputError
 
+CONFIG_FILE = "config.json"
+"""The run's resolved config: {"code_sha", "content_sha", "baseline", "run": RunConfig, "driver": DriverConfig,
+"faults": FaultInjection}; read it with read_config (or read_config_doc for the bare JSON)."""
 LOCK_FILE = "run.lock"
 CONFIG_HASH_FILE = "config.sha256"
 CONFIG_WRITTEN_FILE = "config.written.json"
@@ -109,6 +116,88 @@ class RunLock:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+# ---- config.json -------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(kw_only=True, frozen=True)
+class SavedConfig:
+    """A run folder's config.json, read: what the run trains, how it is driven, the test-only faults it makes."""
+
+    run: RunConfig
+    driver: DriverConfig
+    faults: FaultInjection
+    doc: dict
+    """The whole file as JSON (code_sha, content_sha, baseline, ...), the retired learner fields moved out."""
+    text: str
+    """The file's text, as a resume compares it with the config the run recorded (config_changes)."""
+
+
+def read_config_doc(run_dir: str | Path, *, missing_ok: bool = False) -> dict | None:
+    """config.json of run_dir as a JSON object (None when missing_ok and there is none). A file of older code
+    holds the test-only faults in its learner section (learner.inject_nan_at, learner.flip_distill_sign): they
+    are moved to its "faults" section. Raises RunFolderError naming the file and the fix."""
+    return _read_config(Path(run_dir), missing_ok)[0]
+
+
+def _read_config(run_dir: Path, missing_ok: bool) -> tuple[dict | None, str]:
+    path = run_dir / CONFIG_FILE
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        if missing_ok:
+            return None, ""
+        raise RunFolderError(
+            f"{path} does not exist: pass a run folder OUT/<code_sha>/<name>/<fold>/ written by "
+            "`python -m foxhunt_ray.local` or `foxhunt_ray.job` (it holds config.json and checkpoints/), or OUT/latest"
+        ) from None
+    except OSError as err:
+        raise RunFolderError(f"{path} is unreadable ({err.strerror or err}); check its permissions") from None
+    try:
+        doc = json.loads(text)
+    except ValueError as err:
+        doc, why = None, f"not JSON: {err}"
+    else:
+        why = "" if isinstance(doc, dict) else f"a JSON {type(doc).__name__}, not an object"
+    if not why and not isinstance(doc.get("run"), dict):
+        why = 'no "run" section'
+    if why:
+        raise _malformed(path, why)
+    learner = doc["run"].get("learner")
+    if isinstance(learner, dict) and RETIRED_FIELDS & learner.keys():
+        moved = {k: learner[k] for k in sorted(RETIRED_FIELDS & learner.keys())}
+        learner = {k: v for k, v in learner.items() if k not in RETIRED_FIELDS}
+        doc = {**doc, "run": {**doc["run"], "learner": learner}, "faults": {**moved, **(doc.get("faults") or {})}}
+    return doc, text
+
+
+def _malformed(path: Path, why: str) -> RunFolderError:
+    return RunFolderError(
+        f"{path} is unreadable ({why}); it is not the config.json a run writes: restore it from "
+        f"{CONFIG_WRITTEN_FILE} beside it (the text the run wrote), or pass another run folder"
+    )
+
+
+def read_config(run_dir: str | Path, driver_flags: dict | None = None) -> SavedConfig:
+    """config.json of run_dir as the configs it records, validated; driver_flags replace DriverConfig fields (a
+    resume's --steps, ...). Raises RunFolderError naming the file and the fix (ConfigError's values, too)."""
+    path = Path(run_dir) / CONFIG_FILE
+    doc, text = _read_config(Path(run_dir), missing_ok=False)
+    if not isinstance(doc.get("driver"), dict):
+        raise _malformed(path, 'no "driver" section')
+    try:
+        run = from_dict(RunConfig, doc["run"]).validate()
+        driver = from_dict(DriverConfig, {**doc["driver"], **(driver_flags or {})})
+        faults = from_dict(FaultInjection, doc.get("faults") or {})
+        if bad := faults.errors():
+            raise ValueError("; ".join(bad))
+    except (ValueError, TypeError) as err:
+        raise RunFolderError(
+            f"{path} is unreadable ({err}); it is not the config.json a run of this code writes: restore it from "
+            f"{CONFIG_WRITTEN_FILE} beside it, or evaluate and resume the run with the code that wrote it"
+        ) from None
+    return SavedConfig(run=run, driver=driver, faults=faults, doc=doc, text=text)
 
 
 # ---- the config as written ------------------------------------------------------------------------------------

@@ -125,12 +125,6 @@ class LearnerConfig:
     "highest" is full float32; "high" lets them use TF32 tensor cores (about 1e-3 relative per product). The
     losses and kill-rule diagnostics stay within the tolerances tests/test_learner_cuda.py states. No effect on
     CPU, and not part of what a checkpoint must match."""
-    # --- test-only fault injection ---
-    inject_nan_at: Annotated[int | None, Int(ge=1, none_ok=True, why="a learner step")] = None
-    """Test only: poison the loss at this learner step to exercise the NaN guard."""
-    flip_distill_sign: Annotated[bool, Bool()] = False
-    """Test only: distil pi towards softmax(-q_ens/T), forcing q/pi disagreement (qpa collapse)."""
-
     def errors(self) -> list[str]:
         """Every problem as 'learner.field=value must ...'; empty when the config is usable."""
         bad = field_errors(self, "learner")
@@ -191,3 +185,24 @@ class LearnerConfig:
         if errs := self.errors():
             raise ConfigError(errs, "learner config")
         return self
+
+
+@dataclass(kw_only=True, frozen=True)
+class FaultInjection:
+    """Test-only faults a Learner makes on purpose, to exercise the kill rules end to end. The Learner takes it as
+    its own argument: it is not part of LearnerConfig, so it is never part of what a checkpoint must match. The
+    driver builds it from --inject-nan-at and --flip-distill-sign and records it in config.json as "faults"."""
+
+    inject_nan_at: Annotated[int | None, Int(ge=1, none_ok=True, why="a learner step")] = None
+    """Poison the loss at this learner step (the NaN guard and the non_finite rule fire)."""
+    flip_distill_sign: Annotated[bool, Bool()] = False
+    """Distil pi towards softmax(-q_ens/T), forcing q/pi disagreement (the qpa rule fires)."""
+
+    def errors(self) -> list[str]:
+        """Every bad value as 'faults.field=value must ...'."""
+        return list(field_errors(self, "faults").values())
+
+
+NO_FAULTS = FaultInjection()
+RETIRED_FIELDS = frozenset({"inject_nan_at", "flip_distill_sign"})
+"""LearnerConfig fields that moved to FaultInjection: a checkpoint or config.json of older code may hold them."""

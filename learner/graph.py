@@ -1,7 +1,8 @@
 """The Learner's CUDA graph: one captured CUDA graph per steady-state update, replayed.
 
-On the H200 a `Learner.update` kept the GPU busy ~2.5 ms out of 10-17 ms: the rest was ~420 kernel launches
-from Python and ~12 host syncs. Three changes remove that overhead without changing what is learned:
+An eager `Learner.update` on a GPU spends most of its time launching ~420 kernels from Python and waiting on ~12
+host syncs, not computing (BENCHMARKS.md, "A full Learner.update"). Three changes remove that overhead without
+changing what is learned:
 
 1. The device guard (Learner._guarded_step, in learner.learner): the shared backward (Learner._backward: ONE
    backward of `loss + l_dueling`, bit-identical to two since h is detached, grad norms, finite check), then
@@ -83,7 +84,7 @@ class _Static:
         self.idx = torch.zeros(cfg.q_batch_size, dtype=torch.int64, device=dev)
         self.tau_next = torch.zeros(cfg.q_batch_size, cfg.iqn_target_taus, device=dev)
         self.tau = torch.zeros(cfg.q_batch_size, cfg.iqn_taus, device=dev)
-        self.loss_scale = torch.ones((), device=dev)  # NaN on cfg.inject_nan_at: the guard sees it in-graph
+        self.loss_scale = torch.ones((), device=dev)  # NaN on faults.inject_nan_at: the guard sees it in-graph
         self.keys: list[str] = []
         self.values: torch.Tensor | None = None
         self.graph: torch.cuda.CUDAGraph | None = None

@@ -28,7 +28,7 @@ from learner import diag as D
 from learner import graph as G
 from learner import losses as L
 from learner import ops
-from learner.config import LearnerConfig
+from learner.config import NO_FAULTS, RETIRED_FIELDS, FaultInjection, LearnerConfig
 from learner.network import (
     DuelingQHead,
     MainNet,
@@ -60,9 +60,11 @@ def config_differences(cfg: LearnerConfig, saved: dict) -> list[str]:
     """The LearnerConfig fields on which a checkpoint's saved config (its 'config' entry) differs from cfg, those
     that only change how it computes (cuda_graph, matmul_precision) left out: a checkpoint loads only into a
     learner with none. A field added since the checkpoint was written is absent from its config: it ran with the
-    default (every new field defaults to what the code did before it existed)."""
+    default (every new field defaults to what the code did before it existed). The fields that moved to
+    FaultInjection (RETIRED_FIELDS) are not compared: they were never part of what a learner computes."""
     mine, theirs = dataclasses.asdict(cfg), {**_CONFIG_DEFAULTS, **saved}
-    return sorted(k for k in (set(mine) | set(theirs)) - _EXECUTION_ONLY if mine.get(k) != theirs.get(k))
+    ignored = _EXECUTION_ONLY | RETIRED_FIELDS
+    return sorted(k for k in (set(mine) | set(theirs)) - ignored if mine.get(k) != theirs.get(k))
 
 
 class _Trainable:
@@ -167,8 +169,10 @@ class Learner:
         n_actions: int,
         device: str | torch.device = "cpu",
         seed: int = 0,
+        faults: FaultInjection = NO_FAULTS,
     ):
-        errs = cfg.errors()
+        """faults: test-only faults to make on purpose (learner.config.FaultInjection), not part of cfg."""
+        errs = cfg.errors() + faults.errors()
         for name, v, lo in (("obs_dim", obs_dim, 1), ("n_actions", n_actions, 2), ("seed", seed, 0)):
             # numpy integers are welcome (gymnasium's Discrete.n is numpy's int64); bools and floats are not
             if not isinstance(v, numbers.Integral) or isinstance(v, bool | np.bool_) or v < lo:
@@ -176,7 +180,7 @@ class Learner:
         if errs:
             raise ValueError("cannot build Learner:\n  " + "\n  ".join(errs))
         obs_dim, n_actions, seed = int(obs_dim), int(n_actions), int(seed)
-        self.cfg, self.obs_dim, self.n_actions = cfg, obs_dim, n_actions
+        self.cfg, self.obs_dim, self.n_actions, self.faults = cfg, obs_dim, n_actions, faults
         self.device = torch.device(device)
         on_cuda = self.device.type == "cuda"
         graphed = cfg.cuda_graph and on_cuda
@@ -331,7 +335,7 @@ class Learner:
             self.baseline_alpha.fill_(L.blend_alpha(self.step, cfg.alpha_start_step, cfg.alpha_end_step))
         if self.graph is not None and q_trained:
             self.graph.last_events = None
-            keys, stacked = self.graph.run(ro, inject_nan=cfg.inject_nan_at == self.step)
+            keys, stacked = self.graph.run(ro, inject_nan=self.faults.inject_nan_at == self.step)
             # the graph's output buffer is overwritten by its next replay: a copy of this step's values
             return _Pending(keys=keys, values=stacked.clone(), graph_events=self.graph.last_events, **meta)
         out: dict[str, torch.Tensor] = {}
@@ -342,7 +346,7 @@ class Learner:
         if q_trained:
             l_c51, l_iqn, l_dueling = self._q_losses(self.replay.sample(cfg.q_batch_size))
         loss = self._main_loss(out, l_pi, ent, l_distill, l_v, l_c51, l_iqn, l_dueling)
-        if cfg.inject_nan_at == self.step:  # test-only fault: exercises the guard in _apply end to end
+        if self.faults.inject_nan_at == self.step:  # test-only fault: exercises the guard in _apply end to end
             loss = loss * float("nan")
         if self.device_guard:
             healthy = self._guarded_step(loss, l_dueling if q_trained else None, out)
@@ -448,7 +452,7 @@ class Learner:
         behaviour_logp = torch.where(valid, ro["behaviour_logp"].reshape(-1), logp.detach())
         l_pi, out[D.APPROX_KL], out[D.CLIP_FRAC] = L.ppo_clip_loss(logp, behaviour_logp, adv, cfg.ppo_clip, valid)
         ent = L.entropy(logits, valid)
-        q_teacher = -q_ens if cfg.flip_distill_sign else q_ens
+        q_teacher = -q_ens if self.faults.flip_distill_sign else q_ens
         l_distill = L.distill_kl(q_teacher, logits, cfg.distill_temperature, valid)
         v_t = v_all[:tb]
         l_v = L.value_mse(v_t, ret.reshape(-1), valid)

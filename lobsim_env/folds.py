@@ -3,9 +3,8 @@
 A day is a synthetic day (a seed) or a LOBSTER file; days are given in date order and the folds never let
 a training day come after its evaluation day.
 
-Held-out synthetic days: training books are seeded with small integers (rollout worker w's book i gets
-seed + w * B + i, a resumed run's workers seed + step * 1,000,003 + w * B + i), so fold k's evaluation day is
-the seed range `heldout_seed(k) + i`, i < HELDOUT_FOLD_STRIDE, far above any of them (docs/evaluation.md).
+Which seeds a synthetic day's books get (training books, a resumed run's, fold k's held-out evaluation day):
+lobsim_env.seeds.
 """
 
 from __future__ import annotations
@@ -44,20 +43,6 @@ class Fold:
     """k: evaluates on day k (0-based in the day list)."""
     train: tuple[DaySpec, ...]
     evaluate: DaySpec
-
-
-HELDOUT_SEED_BASE = 2**40
-"""Book 0 of fold 0's held-out synthetic day. Training seeds reach it only after about 1.1 million updates of
-resumed runs (seed + step * 1,000,003); 10**9 would be reached by a run resumed at update 1,000."""
-HELDOUT_FOLD_STRIDE = 2**20
-"""Seeds per fold's held-out day: an evaluation of at most this many episodes never touches the next fold's."""
-
-
-def heldout_seed(fold: int) -> int:
-    """Seed of book 0 of fold `fold`'s held-out synthetic evaluation day; book i is seeded this + i."""
-    if isinstance(fold, bool) or not isinstance(fold, int) or fold < 0:
-        raise ValueError(f"fold={fold!r} must be an int >= 0")
-    return HELDOUT_SEED_BASE + fold * HELDOUT_FOLD_STRIDE
 
 
 def synthetic_days(n: int, *, first_seed: int = 0) -> list[DaySpec]:

@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 import torch
 
-from actors.rollout import book_seed
 from foxhunt_ray import driver, report
 from foxhunt_ray.evaluate import (
     AGENT,
@@ -21,13 +20,12 @@ from foxhunt_ray.evaluate import (
     main,
     training_overlap,
 )
-from foxhunt_ray.loops import RESUME_SEED_STRIDE
 from learner.learner import Learner
 from learner.network import policy_from_weights
 from lobsim_env import Action, LobVectorEnv, MarketConfig
 from lobsim_env.baselines import POLICIES, evaluate_policy, run_episodes
-from lobsim_env.folds import HELDOUT_FOLD_STRIDE, heldout_seed
 from lobsim_env.lobster import samples
+from lobsim_env.seeds import HELDOUT_FOLD_STRIDE, RESUME_SEED_STRIDE, book_seed, heldout_seed
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -18,6 +18,7 @@ from foxhunt_ray.presets import preset
 from learner import diag as D
 from learner import graph as G
 from learner import losses as L
+from learner.config import FaultInjection
 from learner.learner import Learner
 from learner.replay import rollout_from_batch
 from tests.learner_batches import OBS, N, random_rollout, smoke_cfg
@@ -53,7 +54,8 @@ def _device_guarded(lrn: Learner) -> Learner:
 @pytest.mark.parametrize("mode", ["off", "diagnostic", "baseline"])
 def test_device_guard_trains_bit_identically_to_the_host_guard(mode):
     """Healthy steps, an injected NaN (step 3) and an overflowing Adam step (step 5): same bits, same diag."""
-    learners = [Learner(_cfg(dueling_mode=mode, inject_nan_at=3), obs_dim=OBS, n_actions=N, seed=4) for _ in range(2)]
+    nan_at_3 = FaultInjection(inject_nan_at=3)
+    learners = [Learner(_cfg(dueling_mode=mode), obs_dim=OBS, n_actions=N, seed=4, faults=nan_at_3) for _ in range(2)]
     _device_guarded(learners[1])
     rng = np.random.default_rng(7)
     batches = [_rollout(rng) for _ in range(7)]
@@ -80,7 +82,7 @@ def test_device_guard_trains_bit_identically_to_the_host_guard(mode):
 def test_first_step_aborted_leaves_adam_as_if_never_stepped():
     """The device guard always steps; undoing Adam's very first step must leave a zero state that then
     trains exactly like the fresh state the host guard keeps."""
-    learners = [Learner(_cfg(inject_nan_at=1), obs_dim=OBS, n_actions=N) for _ in range(2)]
+    learners = [Learner(_cfg(), obs_dim=OBS, n_actions=N, faults=FaultInjection(inject_nan_at=1)) for _ in range(2)]
     _device_guarded(learners[1])
     rng = np.random.default_rng(8)
     batches = [_rollout(rng) for _ in range(3)]
@@ -217,7 +219,7 @@ def test_graph_body_trains_like_the_eager_update(mode):
 
 
 def test_graph_body_skips_an_injected_nan_step():
-    lrn = _device_guarded(Learner(_cfg(inject_nan_at=2), obs_dim=OBS, n_actions=N))
+    lrn = _device_guarded(Learner(_cfg(), obs_dim=OBS, n_actions=N, faults=FaultInjection(inject_nan_at=2)))
     lrn.graph = G.GraphUpdate(lrn, capture=False)
     rng = np.random.default_rng(12)
     assert lrn.update(_rollout(rng))[D.NAN_ABORT_STEP] == 0

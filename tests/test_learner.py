@@ -12,6 +12,7 @@ import torch
 
 from foxhunt_ray.presets import preset
 from learner import diag as D
+from learner.config import FaultInjection
 from learner.learner import Learner
 from learner.network import policy_from_weights
 from tests.learner_batches import OBS, N, random_rollout, smoke_cfg
@@ -68,7 +69,7 @@ def test_q_losses_wait_for_replay_min_size():
 
 
 def test_injected_nan_step_is_never_applied():
-    lrn = Learner(_cfg(inject_nan_at=3), obs_dim=OBS, n_actions=N)
+    lrn = Learner(_cfg(), obs_dim=OBS, n_actions=N, faults=FaultInjection(inject_nan_at=3))
     rng = np.random.default_rng(1)
     for _ in range(2):
         assert lrn.update(_rollout(rng))[D.NAN_ABORT_STEP] == 0
@@ -229,11 +230,10 @@ def test_flipped_distillation_collapses_qpa():
         q_batch_size=64,
         replay_min_size=64,
         distill_coef=5.0,
-        flip_distill_sign=True,
         v_min=-2.0,
         v_max=2.0,
     )
-    lrn = Learner(cfg, obs_dim=3, n_actions=3, seed=0)
+    lrn = Learner(cfg, obs_dim=3, n_actions=3, seed=0, faults=FaultInjection(flip_distill_sign=True))
     rng, gen = np.random.default_rng(1), torch.Generator().manual_seed(1)
     qpas = []
     for i in range(100):

@@ -21,6 +21,7 @@ import torch
 
 from foxhunt_ray.presets import preset
 from learner import diag as D
+from learner.config import FaultInjection
 from learner.learner import Learner
 from tests.learner_batches import random_rollout, torch_rollout
 
@@ -117,11 +118,12 @@ def test_the_captured_graph_learns_what_the_eager_cuda_learner_learns(name):
     One capture serves every update, and an injected NaN step is skipped by both with the parameters kept."""
     preset_name, inject, extra = GRAPH_CASES[name]
     obs_dim, n_actions = 64, 9
-    base = dataclasses.replace(
-        preset(preset_name), q_batch_size=1024, replay_min_size=1024, inject_nan_at=inject, **extra
-    )
+    base = dataclasses.replace(preset(preset_name), q_batch_size=1024, replay_min_size=1024, **extra)
+    faults = FaultInjection(inject_nan_at=inject)
     graph, eager = (
-        Learner(dataclasses.replace(base, cuda_graph=g), obs_dim=obs_dim, n_actions=n_actions, device="cuda")
+        Learner(
+            dataclasses.replace(base, cuda_graph=g), obs_dim=obs_dim, n_actions=n_actions, device="cuda", faults=faults
+        )
         for g in (True, False)
     )
     worst: dict[str, float] = {}

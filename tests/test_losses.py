@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from foxhunt_ray.presets import PRESET_NAMES, preset
 from learner import losses as L
-from learner.config import LearnerConfig
+from learner.config import FaultInjection, LearnerConfig
 from learner.diag import qpa
 from learner.replay import (
     ReplayBuffer,
@@ -287,7 +287,7 @@ def test_add_rows_writes_what_add_of_the_gathered_transitions_writes(capacity):
 def test_config_errors_name_each_bad_value():
     assert LearnerConfig().errors() == []
     errs = LearnerConfig(
-        hidden_dim=0, lr=-1.0, v_min=5.0, v_max=1.0, dueling_mode="x", gamma=2.0, inject_nan_at=0
+        hidden_dim=0, lr=-1.0, v_min=5.0, v_max=1.0, dueling_mode="x", gamma=2.0
     ).errors()
     for want in (
         "learner.hidden_dim=0 must be an int >= 1",
@@ -295,9 +295,10 @@ def test_config_errors_name_each_bad_value():
         "learner.v_max=1.0 must be > learner.v_min=5.0",
         "learner.gamma=2.0 must be in [0, 1]",
         "learner.dueling_mode='x' must be one of",
-        "learner.inject_nan_at=0",
     ):
         assert any(e.startswith(want) for e in errs), (want, errs)
+    (err,) = FaultInjection(inject_nan_at=0).errors()  # the test-only faults have their own rules, apart
+    assert err.startswith("faults.inject_nan_at=0 must be") and "a learner step" in err
     assert any("q_batch_size" in e for e in LearnerConfig(q_batch_size=10, replay_capacity=5).errors())
 
 
