@@ -46,9 +46,9 @@ class KillConfig:
     """The rule reads the bound qpa_ema + qpa_noise_z x qpa_noise, not qpa_ema alone; 0 gives the point estimate
     (the rule as the seed wrote it). qpa_noise is the per-update noise of qpa (a standard deviation), estimated
     from successive differences: sqrt(pi)/2 x EMA of |qpa_t - qpa_(t-1)| (same decay as qpa_ema), which a slow
-    drift hardly moves and one jump (a sudden collapse) moves by (1 - decay) x the jump only. Why (BENCHMARKS.md,
-    'The qpa rule with two actions (issue 13)'): a learning CartPole run's qpa_ema went to -0.317 (its noise
-    ~0.15); the market's collapses read -0.6..-0.96 with a noise of ~0.005."""
+    drift hardly moves and one jump (a sudden collapse) moves by (1 - decay) x the jump only. Why: with two actions
+    a learning run's qpa is noisy enough to cross the point-estimate rule, while the market's collapses are far
+    below it with little noise (the numbers: BENCHMARKS.md, "The qpa rule with two actions")."""
     dueling_ratio_max: Annotated[float, Number(gt=0)] = 100.0
     """Kill when l_dueling exceeds this multiple of the l_q reference (l_c51)."""
     dueling_min_reference: Annotated[float, Number(ge=0)] = 1e-6

@@ -3,11 +3,11 @@
 The defaults (LOCAL_DEFAULTS): preset phase4_3 with its own settings ('learn') on the synthetic market, 240 s of
 training, sized for this machine (sizing 'cpu' when torch sees no CUDA device, else 'gpu_host':
 foxhunt_ray.presets), one rollout worker (on a GPU host, one per core but four: `host_defaults`); with the
-evaluation under 5 minutes on a 2-core CPU (BENCHMARKS.md, "The main job on a 2-core box (issue 13)" has what it
-reaches). Flags: foxhunt_ray.driver (`--help`); docs/running.md walks through a run,
-its folder, resume and the exit codes. After a run that ended done or killed, its newest checkpoint plays the
-fold's held-out episodes beside the baselines (foxhunt_ray.evaluate, `--eval-episodes N`, default 64; `--no-eval`
-skips it) and the last line is `heldout_pnl_usd=<x> oracle_pnl_usd=<y> fraction_of_oracle=<z>`.
+evaluation under 5 minutes on a 2-core CPU (what it reaches: BENCHMARKS.md, "The main job on a 2-core box").
+Flags: foxhunt_ray.driver (`--help`); docs/running.md walks through a run, its folder, resume and the exit codes.
+After a run that ended done or killed, its newest checkpoint plays the fold's held-out episodes beside the
+baselines (foxhunt_ray.evaluate, `--eval-episodes N`, default 64; `--no-eval` skips it) and the last line is
+`heldout_pnl_usd=<x> oracle_pnl_usd=<y> fraction_of_oracle=<z>`.
 
 `python -m foxhunt_ray.local --demo [--episodes N] [--seed S] [--set K=V]` prints the market's yardsticks
 instead: the reference policies (flat, random, order-book imbalance, the oracle that reads the latent regime)
@@ -29,13 +29,12 @@ from foxhunt_ray.config import ConfigError, RunConfig, apply_overrides
 LOCAL_DEFAULTS = driver.EntryDefaults(
     preset="phase4_3", sizing="auto", steps=1_000_000, time_limit_s=240.0, rollout_workers=1
 )
-"""What `python -m foxhunt_ray.local` does with no flags on a machine without a GPU, chosen by measurement
-(BENCHMARKS.md, "The main job on a 2-core box (issue 13)": 0.62-0.70 of the oracle on seeds 0-2 in 254 s):
-phase4_3 (the seed's last design; in the sweep it was ahead of plan_a_v2 at 5,000 updates), one rollout worker
-(what every box measurement ran; on 2 cores a second one would compete with the learner: not measured side by
-side), and a time budget rather than a step count (a 2-core CPU makes about 25 updates a second at the cpu sizes,
-a GPU host hundreds): 240 s of training, then the held-out evaluation, within 5 minutes on a 2-core box.
-`--steps N` alone runs N updates with no budget. On a GPU host: `host_defaults`."""
+"""What `python -m foxhunt_ray.local` does with no flags on a machine without a GPU, each chosen by measurement
+(BENCHMARKS.md, "The main job on a 2-core box"): phase4_3 (the seed's last design, ahead of plan_a_v2 in the
+sweep), one rollout worker (on 2 cores a second one competes with the learner), and a time budget rather than a
+step count (updates a second differ a hundredfold between a 2-core CPU and a GPU host): 240 s of training, then the
+held-out evaluation, within 5 minutes on a 2-core box. `--steps N` alone runs N updates with no budget. On a GPU
+host: `host_defaults`."""
 
 GPU_HOST_FREE_CORES = 4
 """Cores a GPU host keeps for the driver, the learner's host thread, the monitor and Ray's own processes."""

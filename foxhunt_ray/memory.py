@@ -1,4 +1,4 @@
-"""What a run's config needs in memory, estimated before anything is allocated (issue 14, class 3).
+"""What a run's config needs in memory, estimated before anything is allocated.
 
 `errors(config, driver, spaces)` is called by the driver after the config and the env are checked and before the
 run folder is made: a config whose estimate exceeds the memory this machine has available (MemAvailable) is

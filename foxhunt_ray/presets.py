@@ -47,9 +47,8 @@ SIZINGS: dict[str, dict[str, dict[str, Any]]] = {
         "rollout": {"num_envs": 16, "steps_per_sample": 64},
     },
     # one GPU host (16 cores, 12 rollout workers): the network of 'gpu'; a worker samples 4,096 books x 64 steps
-    # with the policy on the GPU, and the learner steps 256 books (16,384 transitions) at a time: about 2.2M env
-    # steps/s and 0.83-0.87 of the oracle after 150 s of training on an H200 (BENCHMARKS.md, "Minutes to the
-    # oracle on a GPU host")
+    # with the policy on the GPU, and the learner steps 256 books (16,384 transitions) at a time (its throughput
+    # and learning: BENCHMARKS.md, "Minutes to the oracle on a GPU host")
     "gpu_host": {
         "learner": {
             "hidden_dim": 512,

@@ -22,7 +22,7 @@ CODE_DIRS: tuple[str, ...] = ("foxhunt_ray", "actors", "learner", "lobsim_env", 
 CODE_SUFFIXES: frozenset[str] = frozenset(
     {".py", ".pyx", ".pxd", ".c", ".cc", ".cpp", ".cxx", ".h", ".hh", ".hpp", ".cu", ".cuh", ".inc"}
 )
-"""Sources that change behaviour (issue 14: .c and .cuh were left out, so a changed kernel kept its stamp)."""
+"""Sources that change behaviour: every C, C++ and CUDA source and header too, so a changed kernel changes the stamp."""
 BUILD_FILES: tuple[str, ...] = ("pyproject.toml", "setup.py", "setup.cfg")
 """Files at the root that decide how the sources are built."""
 CONTENT_PREFIX = "content-"

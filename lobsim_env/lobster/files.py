@@ -387,8 +387,9 @@ def _read_member(zf: zipfile.ZipFile, path: Path, name: str) -> bytes | np.ndarr
     """A zip member's bytes: inflated by libdeflate where it is found (checked against the zip's size and
     CRC-32), else by zipfile (zlib; also what names a corrupt member).
 
-    libdeflate's output goes to a numpy array, whose memory numpy asks for in 2 MB pages: a bytes object of
-    the GOOG level-10 orderbook (34 MB) costs 20-25 ms of 4 KB page faults on the build box, the array 5-10."""
+    libdeflate's output goes to a numpy array, whose memory numpy asks for in 2 MB pages: a large member as a
+    bytes object costs several times more in 4 KB page faults (BENCHMARKS.md, "LOBSTER: load + replay messages per
+    second")."""
     info = zf.getinfo(name)
     if _fast_inflate() and info.compress_type == zipfile.ZIP_DEFLATED and not info.flag_bits & 1:  # not encrypted
         with open(path, "rb") as f:
