@@ -231,6 +231,11 @@ class Monitor:
     def last_step(self) -> int:
         return self.last["step"] if self.last else 0
 
+    def last_record(self) -> dict | None:
+        """The newest step line recorded (None before the first): what the driver asks the monitor actor for when
+        a call failed part-way, after writing some of its lines (a full disk at the checkpoint that follows them)."""
+        return self.last
+
     def _resume(self, resume_at: int | None) -> None:
         if not self.diag_path.exists():
             if resume_at:

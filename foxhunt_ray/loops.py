@@ -295,6 +295,9 @@ def run_ray(plan: Plan, monitor: MonitorHandle, progress: Progress, hook: Hook |
         except Exception as err:  # the actors may be gone with the same Ctrl-C; the periodic checkpoint stays
             print(f"interrupted: no final checkpoint ({err}); the last periodic one stays", file=sys.stderr)
         return monitor.finish("stopped", "interrupted by the user (Ctrl-C)")
+    except Exception:
+        _catch_up(monitor)
+        raise
     finally:
         try:
             if lost:  # the next run of the loop (a resume in this process) writes them
@@ -315,6 +318,18 @@ def run_ray(plan: Plan, monitor: MonitorHandle, progress: Progress, hook: Hook |
                 print(f"no timings.json: {type(err).__name__}: {err}"[:300], file=sys.stderr)
         for handle in [*workers, learner]:
             ray.kill(handle)
+
+
+def _catch_up(monitor: MonitorHandle) -> None:
+    """After a call failed: the driver's last record becomes the monitor actor's. The actor may have written lines
+    of an answer the driver never got (a full disk at the checkpoint after them), and the error message names the
+    update diag.jsonl ends with."""
+    import ray
+
+    try:
+        monitor.last = ray.get(monitor.actor.last_record.remote(), timeout=60)
+    except ray.exceptions.RayError:  # the monitor actor is gone too: the driver's last record stands
+        pass
 
 
 MAX_CALLS_IN_FLIGHT = 2  # one running on the learner, one queued: the learner never waits for the driver
