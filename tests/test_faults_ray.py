@@ -1,0 +1,233 @@
+"""Issue 14, class 4 in Ray mode (docs/faults.md): every rollout payload bad, and a full disk, end the run with
+exit 1, one message and summary.json 'error', as tests/test_faults.py and tests/test_input_limits.py prove in
+serial mode.
+
+A monkeypatch in this process does not reach an actor's process, so the faults travel with the actor's class:
+the test swaps `foxhunt_ray.remote`'s RolloutWorker or RayMonitor for a subclass made inside a function (so Ray
+ships it by value, not by an import path the worker lacks), and that class makes the fault in the actor's own
+process: a rollout actor whose payloads are corrupted on the way out (the actor validated them before), a
+monitor actor whose disk fills (os.write writes half a line, then ENOSPC) or whose process may write no more
+than a set size (RLIMIT_FSIZE: the kernel writes half a checkpoint, then EFBIG)."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from actors import wire
+from foxhunt_ray import driver, remote
+from foxhunt_ray.local import LOOPBACK_ENV
+
+SMOKE = ["--preset", "smoke", "--quiet", "--checkpoint-interval-s", "0"]
+
+
+@pytest.fixture(scope="module")
+def ray_loopback():
+    """Ray in-process on 2 CPUs with every port on 127.0.0.1, as foxhunt_ray.local's _ray_init starts it (the
+    switch in the environment reaches every process Ray starts; the constant covers a Ray already imported here);
+    shut down and both restored after this module."""
+    ray = pytest.importorskip("ray")
+    from ray._private import ray_constants
+
+    before = os.environ.get(LOOPBACK_ENV), ray_constants.ENABLE_RAY_CLUSTER
+    os.environ[LOOPBACK_ENV] = "0"
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
+        ray_constants.ENABLE_RAY_CLUSTER = before[1]
+        if before[0] is None:
+            os.environ.pop(LOOPBACK_ENV, None)
+        else:
+            os.environ[LOOPBACK_ENV] = before[0]
+
+
+def run(tmp_path: Path, *flags: str) -> tuple[int, Path]:
+    code = driver.main([*SMOKE, "--out", str(tmp_path / "runs"), *flags])
+    return code, next((tmp_path / "runs").glob("*/*/0"))
+
+
+def summary(run_dir: Path) -> dict:
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+def steps(run_dir: Path) -> list[int]:
+    data = (run_dir / "diag.jsonl").read_bytes()
+    assert not data or data.endswith(b"\n"), data[-200:]  # no torn last line
+    return [r["step"] for r in map(json.loads, data.splitlines()) if "event" not in r]
+
+
+def checkpoint_steps(run_dir: Path) -> list[int]:
+    """The steps of the run's kept checkpoints (checkpoints/ckpt_<step>.pt), oldest first."""
+    return sorted(int(p.stem.split("_")[1]) for p in (run_dir / "checkpoints").glob("ckpt_*.pt"))
+
+
+def no_tmp(run_dir: Path) -> None:
+    assert not list(run_dir.rglob("*.tmp")), list(run_dir.rglob("*.tmp"))
+
+
+def one_message(capsys, says: str) -> tuple[str, str]:
+    """(the one `error:` line on stderr, all of stderr): no traceback, and the line says `says`."""
+    err = capsys.readouterr().err
+    assert "Traceback" not in err, err[-3000:]
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and says in errors[0], err[-3000:]
+    return errors[0], err
+
+
+# ------------------------------------------------------------------------ every rollout payload bad
+
+
+def corrupting_rollout_worker():
+    """A RolloutWorker whose every payload goes out bad, in turn: cut short, all zeros (no magic), and one that
+    decodes but that the learner refuses (an action the market does not have)."""
+    import numpy as np
+
+    from actors.rollout import RolloutWorker
+
+    class CorruptingRolloutWorker(RolloutWorker):
+        sent = 0
+
+        def sample(self, n_steps=None):
+            payload = super().sample(n_steps)
+            self.sent += 1
+            if self.sent % 3 == 1:
+                return payload[:-8]
+            if self.sent % 3 == 2:
+                return np.zeros(64, np.uint8)
+            batch = wire.decode(bytes(payload))
+            batch = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in batch.items()}
+            batch.pop("wire_version")
+            batch["actions"][0, 0] = 99
+            return wire.encode(batch)
+
+    return CorruptingRolloutWorker
+
+
+def learner_log_lines(ray) -> list[str]:
+    """The lines the learner actor's PayloadDecoder logged about bad payloads (its worker's stderr file)."""
+    logs = Path(ray._private.worker._global_node.get_logs_dir_path())
+    found = []
+    for path in logs.glob("worker-*.err"):
+        found += [x for x in path.read_text(errors="replace").splitlines() if "payload" in x and "dropped" in x]
+        found += [x for x in path.read_text(errors="replace").splitlines() if "the same fault" in x]
+    return found
+
+
+def test_ray_run_whose_every_payload_is_bad_ends_with_the_faults_counted(tmp_path, ray_loopback, monkeypatch, capsys):
+    """main: the Ray loop sampled forever with no update. Now the learner actor counts each bad or refused payload,
+    says it is starved after 64 in a row, and the driver ends the run: exit 1, one line naming each fault and its
+    count, summary 'error' with the same text; each kind of fault logged at most twice (its 1st and 10th), not 64
+    lines. --time-limit-s bounds the test should that path regress (the run would then end 'done', exit 0)."""
+    monkeypatch.setattr(remote, "RolloutWorker", corrupting_rollout_worker())
+    code, run_dir = run(tmp_path, "--steps", "20", "--time-limit-s", "60")
+    _, err = one_message(capsys, "no good rollout payload in the last")
+    assert code == 1
+    s = summary(run_dir)
+    assert s["status"] == "error" and s["exit_code"] == 1 and s["step"] == 0 and f"error: {s['message']}\n" in err
+    streak = int(re.search(r"in the last (\d+) ", s["message"]).group(1))
+    # a learner call takes every payload ready (one or two here): the streak is checked after each call
+    assert wire.MAX_BAD_IN_A_ROW <= streak <= wire.MAX_BAD_IN_A_ROW + 2
+    kinds = re.findall(r"(?:: |; )(\d+) x (bad rollout payload|rollout payload refused by the learner): ", s["message"])
+    assert sum(int(n) for n, _ in kinds) == streak  # every fault counted, under its kind
+    assert {what for _, what in kinds} == {"bad rollout payload", "rollout payload refused by the learner"}
+    assert "truncated" in s["message"] and "does not start with" in s["message"] and "actions" in s["message"]
+    assert steps(run_dir) == []
+    logged = learner_log_lines(ray_loopback)
+    assert len(kinds) <= len(logged) <= 2 * len(kinds), logged
+
+
+# ------------------------------------------------------------------------ a full disk in the monitor actor
+
+
+# Each RayMonitor subclass defines __init__: RayMonitor itself goes to the actor by value too (the attribute it is
+# found by names the subclass while the test runs), and with only its __init__, super() in it refused the actor.
+
+
+def monitor_whose_disk_fills(*, diag_step: int):
+    """A RayMonitor in whose process the disk fills at diag_step's line: half of it is written, then ENOSPC."""
+    from foxhunt_ray.remote import RayMonitor
+
+    class FullDiskMonitor(RayMonitor):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            real_write = os.write
+
+            def write(fd, data):
+                if bytes(data).startswith(b'{"step":%d,' % diag_step):
+                    real_write(fd, bytes(data)[: len(data) // 2])
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+                return real_write(fd, data)
+
+            os.write = write  # this actor's process only
+
+    return FullDiskMonitor
+
+
+def monitor_with_a_file_size_limit(*, at_checkpoint: int):
+    """A RayMonitor whose process may write no file past half a checkpoint's size from its at_checkpoint-th
+    checkpoint on (RLIMIT_FSIZE, SIGXFSZ ignored: the kernel writes what fits, then the write fails with EFBIG)."""
+    from foxhunt_ray.remote import RayMonitor
+
+    class LimitedMonitor(RayMonitor):
+        seen = 0
+
+        def __init__(self, *args, **kwargs):
+            import signal
+
+            super().__init__(*args, **kwargs)
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+
+        def _keep(self, checkpoints):
+            import resource
+
+            self.seen += len(checkpoints)
+            if checkpoints and self.seen >= at_checkpoint:
+                half = len(checkpoints[0].data) // 2
+                resource.setrlimit(resource.RLIMIT_FSIZE, (half, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+            return super()._keep(checkpoints)
+
+    return LimitedMonitor
+
+
+def test_ray_full_disk_while_the_monitor_writes_diag(tmp_path, ray_loopback, monkeypatch, capsys):
+    """ENOSPC half-way through step 25's line in the monitor actor: exit 1, one message naming the last whole
+    update, diag.jsonl cut back to steps 1..24, summary.json 'error' at 24, no .tmp; a resume goes on from the
+    checkpoint at 10 or 20 to a whole run."""
+    monkeypatch.setattr(remote, "RayMonitor", monitor_whose_disk_fills(diag_step=25))
+    code, run_dir = run(tmp_path, "--steps", "60", "--checkpoint-every", "10")
+    message, _ = one_message(capsys, "is full (No space left on device)")
+    assert code == 1
+    assert steps(run_dir) == list(range(1, 25))
+    s = summary(run_dir)
+    assert s["status"] == "error" and s["exit_code"] == 1 and s["step"] == 24 and "is full" in s["message"]
+    assert "the run stopped after update 24;" in message and f"--resume {run_dir}" in message
+    no_tmp(run_dir)
+    monkeypatch.undo()
+    assert driver.main(["--resume", str(run_dir), "--quiet", "--steps", "40"]) == 0
+    assert steps(run_dir) == list(range(1, 41)) and summary(run_dir)["status"] == "done"
+
+
+def test_ray_file_size_limit_while_the_monitor_writes_a_checkpoint(tmp_path, ray_loopback, monkeypatch, capsys):
+    """No write patched: the kernel refuses the monitor actor's second checkpoint part-way (RLIMIT_FSIZE of its
+    process, EFBIG): exit 1, one message, no .tmp, the first checkpoint kept whole and loadable, diag.jsonl whole
+    lines up to the failed checkpoint's step or past it, summary.json 'error'."""
+    monkeypatch.setattr(remote, "RayMonitor", monitor_with_a_file_size_limit(at_checkpoint=2))
+    code, run_dir = run(tmp_path, "--steps", "60", "--checkpoint-every", "10")
+    message, _ = one_message(capsys, "reached the size this process may write (ulimit -f)")
+    assert code == 1
+    no_tmp(run_dir)
+    kept = checkpoint_steps(run_dir)
+    assert len(kept) == 1 and 10 <= kept[0] < 20
+    done = steps(run_dir)
+    assert done == list(range(1, len(done) + 1)) and len(done) >= 20
+    s = summary(run_dir)
+    assert s["status"] == "error" and s["exit_code"] == 1 and s["step"] == len(done)
+    assert f"the run stopped after update {len(done)};" in message and f"--resume {run_dir}" in message
