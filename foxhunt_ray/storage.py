@@ -30,7 +30,7 @@ from pathlib import Path, PurePosixPath
 
 from actors.checkpoints import CHECKPOINT_DIR, Checkpoint, write_checkpoint
 from actors.files import TMP_SUFFIX
-from foxhunt_ray.run_folder import LOCK_FILE
+from foxhunt_ray.run_folder import CONFIG_FILE, LOCK_FILE
 from lobsim_env.validation import InputError
 
 RUN_DEPTH = 3
@@ -188,7 +188,7 @@ class RunStorage:
         files count as synced. Raises StorageError when storage holds no run there."""
         local = Path(local)
         remote = self._remote_sizes()
-        if "config.json" not in remote:
+        if CONFIG_FILE not in remote:
             raise StorageError(
                 f"{self.url} holds no run (no config.json there): pass ROOT/<code_sha>/<name>/<fold> of a run started "
                 "with --storage ROOT"
