@@ -169,10 +169,9 @@ def _rollout_totals(timings: list[dict]) -> dict:
 
 def run_serial(plan: Plan, monitor: Monitor, progress: Progress, hook: Hook | None = None) -> int:
     """Every role in this process: the loop of docs/system.md with checkpoints and resume. The process runs
-    torch with `rollout.torch_threads` threads (default 1) for the run, as a rollout worker's process would: on a
-    2-core box whose other core is busy, torch's default of one thread a core made a smoke run 7x slower (99.7 s
-    against 13.7 s); an idle box gains up to a third from a second thread on a 512-wide learner
-    (BENCHMARKS.md, "Torch threads in serial mode")."""
+    torch with `rollout.torch_threads` threads (default 1) for the run, as a rollout worker's process would:
+    torch's default of one thread a core is several times slower where the other cores are busy (BENCHMARKS.md,
+    "Torch threads in serial mode")."""
     import torch
 
     threads_before = torch.get_num_threads()
