@@ -67,7 +67,7 @@ from foxhunt_ray.run_folder import (
     resume_point,
     run_name,
 )
-from foxhunt_ray.storage import RunStorage, check_root, is_uri, root_of, split_run_uri
+from foxhunt_ray.storage import RunStorage, StorageClaimError, check_root, is_uri, root_of, split_run_uri
 from learner.config import RETIRED_FIELDS, FaultInjection
 from lobsim_env import ENV_ID
 from lobsim_env.validation import InputError
@@ -761,6 +761,9 @@ def _last_copy(plan: Plan, code: int) -> int:
     store = RunStorage.of_run(plan.driver.storage, plan.run_dir)
     try:
         store.sync(plan.run_dir)
+    except StorageClaimError as err:  # another driver copies there: a copy of this folder would mix with its
+        print(f"error: the run folder {plan.run_dir} is whole, but {err}", file=sys.stderr, flush=True)
+        return code if code != EXIT_OK else EXIT_ERROR
     except (OSError, ValueError) as err:
         print(
             f"error: the run folder {plan.run_dir} is whole, but copying it to {store.url} failed "

@@ -13,23 +13,37 @@ ROOT is anything fsspec opens (a declared dependency, which torch brings too): a
 disk), `file://...`, or an object store with its fsspec plugin installed on the driver's node (`s3://` needs s3fs,
 `gs://` gcsfs, `abfs://` adlfs), the role pyarrow.fs plays in Ray Train. A file is copied whole: on a filesystem
 with a rename, to a temporary name first and then renamed, so a reader never sees half a file; on an object store
-a put is whole or nothing. Only the driver's node touches ROOT; the run folder's lock (foxhunt_ray.run_folder)
-guards the local copy only: two drivers resuming one URI on two machines would both write it.
+a put is whole or nothing. diag.jsonl, which only grows, is the exception (`APPENDS`): its new whole lines are
+appended to the copy there, never a torn last line, where the filesystem appends (a local path, memory://, s3://
+from 5 MiB on); elsewhere it is rewritten whole like the other files. Only the driver's node touches ROOT.
+
+The run folder's lock (foxhunt_ray.run_folder) guards the local copy; the storage folder has a claim of its own
+(`OWNER_FILE`: the run token of the driver copying there, written at its first copy and read back before each
+copy): a driver that finds another driver's token there does not copy (StorageClaimError, naming the holder and
+the fix). A resume takes the claim over from the run it continues, so the last driver to resume a URI holds it and
+the one it replaced stops copying at its next copy. fsspec has no atomic create-if-absent on object stores, so the
+claim is a write and a read-back, not a lock: it keeps a second driver from copying over a run that another one
+writes (a fresh run under a taken name, a run resumed twice), but two drivers that claim one folder within the
+same moment can both pass the first check, and one copy of the loser's may land before it stops.
 """
 
 from __future__ import annotations
 
 import atexit
+import hashlib
+import json
 import os
 import re
 import shutil
+import socket
 import sys
 import tempfile
 import time
 from pathlib import Path, PurePosixPath
 
 from actors.checkpoints import CHECKPOINT_DIR, Checkpoint, write_checkpoint
-from actors.files import TMP_SUFFIX
+from actors.files import TMP_SUFFIX, write_atomic
+from actors.monitor import DIAG_FILE
 from foxhunt_ray.run_folder import CONFIG_FILE, LOCK_FILE
 from lobsim_env.validation import InputError
 
@@ -38,10 +52,28 @@ RUN_DEPTH = 3
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 PLUGINS = {"s3": "s3fs", "s3a": "s3fs", "gs": "gcsfs", "gcs": "gcsfs", "abfs": "adlfs", "az": "adlfs"}
 """fsspec's plugin package per protocol, named in the error when it is missing."""
+OWNER_FILE = "storage-owner.json"
+"""The storage folder's claim: {"token", "host", "pid", "since", "run_folder"} of the driver that copies there (and,
+in the run folder, the claim as this folder last saw it there). Not copied by `sync`: written by the claim."""
+APPENDED = (DIAG_FILE,)
+"""Run files that only grow by whole lines (a resume may cut them back): their copy gets the new lines appended."""
+APPENDS = {"file": 0, "local": 0, "memory": 0, "s3": 5 * 2**20, "s3a": 5 * 2**20}
+"""Protocols whose fsspec filesystem appends (`open(path, "ab")`), and the size of the copy from which an append
+sends only the new bytes. LocalFileSystem opens the file for append; MemoryFileSystem writes at the end of the
+stored file; s3fs's S3File in "ab" copies the object on the server (upload_part_copy) and uploads the new bytes,
+committed whole at close, but below 5 MiB (S3's least multipart part) it downloads the object and uploads it again,
+which costs more than a put of the whole file, so below that it is rewritten. gcsfs ignores "a" (it overwrites:
+fsspec/gcsfs#533), adlfs is untested here: every other protocol gets the file rewritten whole."""
+_TAIL = 4096  # bytes of a copy compared with the local file before new lines are appended to it
+_CHUNK = 1 << 20
 
 
 class StorageError(InputError):
     """A storage root or run URI that cannot be used; the message names it and the fix."""
+
+
+class StorageClaimError(StorageError):
+    """The run's storage folder is claimed by another driver (OWNER_FILE there): this run does not copy there."""
 
 
 def is_uri(text: str | Path) -> bool:
@@ -105,9 +137,55 @@ def _open(root: str):
 
 
 def _is_copied(rel: str) -> bool:
-    """Whether a run folder's file goes to storage: all but the lock and temporary files."""
+    """Whether a run folder's file goes to storage: all but the lock, the claim (written by the claim itself) and
+    temporary files."""
     name = rel.rsplit("/", 1)[-1]
-    return name != LOCK_FILE and not name.endswith(TMP_SUFFIX)
+    return name not in (LOCK_FILE, OWNER_FILE) and not name.endswith(TMP_SUFFIX)
+
+
+def run_token(local: str | Path) -> str | None:
+    """The token of the driver that holds the run folder's lock now: its host, the folder, and run.lock as that
+    driver wrote it (pid, host, time; the file's inode and mtime), the same for every process of the run on the
+    driver's node and new at each driver's start. None when the folder has no lock (a reader's copy: evaluate's)."""
+    lock = Path(local) / LOCK_FILE
+    try:
+        st = lock.stat()
+        text = lock.read_bytes()
+    except FileNotFoundError:
+        return None
+    seed = f"{socket.gethostname()}\0{Path(local).resolve()}\0{st.st_ino}\0{st.st_mtime_ns}\0".encode() + text
+    return hashlib.sha256(seed).hexdigest()[:24]
+
+
+def _read_doc(raw: bytes | None) -> dict | None:
+    """A claim's JSON: None for no file, {} for one that cannot be read (it still claims the folder)."""
+    if raw is None:
+        return None
+    try:
+        doc = json.loads(raw)
+    except ValueError:
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def _whole_end(f, size: int) -> int:
+    """The offset just after the last newline of the open file f of `size` bytes (0 when it has none)."""
+    pos = size
+    while pos > 0:
+        step = min(64 * 1024, pos)
+        f.seek(pos - step)
+        found = f.read(step).rfind(b"\n")
+        if found >= 0:
+            return pos - step + found + 1
+        pos -= step
+    return 0
+
+
+def _tail(f, end: int) -> bytes:
+    """The last _TAIL bytes of f before `end`."""
+    start = max(end - _TAIL, 0)
+    f.seek(start)
+    return f.read(end - start)
 
 
 class RunStorage:
@@ -120,8 +198,13 @@ class RunStorage:
         self.fs, base = _open(self.root)
         self.path = f"{base.rstrip('/')}/{self.rel}"
         self.url = f"{self.root}/{self.rel}"
-        self._renames = "file" in (self.fs.protocol if isinstance(self.fs.protocol, tuple) else (self.fs.protocol,))
+        protocols = self.fs.protocol if isinstance(self.fs.protocol, tuple) else (self.fs.protocol,)
+        self._renames = "file" in protocols
+        minimum = [APPENDS[p] for p in protocols if p in APPENDS]
+        self._append_from = min(minimum) if minimum else None  # None: this filesystem cannot append
         self._sent: dict[str, tuple[int, int]] = {}  # rel path -> (size, mtime_ns) as copied by this object
+        self._lines: dict[str, tuple[int, bytes]] = {}  # APPENDED rel path -> (bytes copied, sha256 of their tail)
+        self.lost: str | None = None  # why this run may not copy there (StorageClaimError), once found
         self.seconds = {"sync_s": 0.0, "synced_bytes": 0.0, "syncs": 0.0}
 
     @classmethod
@@ -131,6 +214,7 @@ class RunStorage:
         return cls(root, "/".join(parts))
 
     def _remote_sizes(self) -> dict[str, int]:
+        self.fs.invalidate_cache()  # s3fs keeps listings: another process (the monitor actor) copied meanwhile
         if not self.fs.exists(self.path):
             return {}
         found = self.fs.find(self.path, detail=True)
@@ -141,12 +225,18 @@ class RunStorage:
 
     def sync(self, local: str | Path) -> int:
         """Copies every file of the local run folder that changed since this object's last copy (all of them the
-        first time, but for the checkpoints and evaluation records already there: they never change once written),
-        and removes the checkpoints the local folder no longer keeps. Returns the bytes copied."""
+        first time, but for the checkpoints and evaluation records already there: they never change once written;
+        diag.jsonl gets its new whole lines appended: `_put_lines`), and removes the checkpoints the local folder no
+        longer keeps. Returns the bytes copied. A run folder with a lock (a driver's) first checks, or takes, the
+        claim on the storage folder (`_claim`): StorageClaimError when another driver holds it; a folder without
+        one (evaluate's copy, putting its record back) copies without a claim."""
         t0 = time.perf_counter()
         local = Path(local)
         if self._renames and Path(self.path).resolve() == local.resolve():
             return 0  # the run folder is its storage (a resume of the storage path itself): nothing to copy
+        if self.lost is not None:
+            raise StorageClaimError(self.lost)
+        self._claim(local)
         remote = self._remote_sizes()
         here: dict[str, Path] = {}
         for p in sorted(local.rglob("*")):
@@ -161,9 +251,12 @@ class RunStorage:
             if self._sent.get(rel) == key or (once and remote.get(rel) == st.st_size):
                 self._sent[rel] = key
                 continue
-            self._put(p, f"{self.path}/{rel}")
+            if rel in APPENDED:
+                copied += self._put_lines(rel, p, remote.get(rel))
+            else:
+                self._put(p, f"{self.path}/{rel}")
+                copied += st.st_size
             self._sent[rel] = key
-            copied += st.st_size
         for rel in remote:
             if rel.startswith(f"{CHECKPOINT_DIR}/") and rel not in here and _is_copied(rel):
                 self.fs.rm_file(f"{self.path}/{rel}")  # pruned here: storage keeps what the run folder keeps
@@ -182,6 +275,146 @@ class RunStorage:
         else:  # an object store: a put is whole or nothing
             self.fs.put_file(str(src), dst)
 
+    def _put_lines(self, rel: str, src: Path, remote_size: int | None) -> int:
+        """Copies the whole lines of src (a torn last line, a crash's or one being written, stays out): appended
+        to the copy when the copy is a prefix of them that ends on a line (checked against what this object
+        copied last, else by comparing the copy's last 4 KiB with the same bytes here) and the filesystem appends;
+        rewritten whole otherwise (the first copy, a file cut back by a resume, a copy someone else changed, a
+        filesystem without append). Returns the bytes sent."""
+        dst = f"{self.path}/{rel}"
+        with open(src, "rb") as f:
+            end = _whole_end(f, os.fstat(f.fileno()).st_size)
+            start = None
+            if self._append_from is not None and remote_size and self._append_from <= remote_size <= end:
+                here = _tail(f, remote_size)
+                if here.endswith(b"\n") and (
+                    self._lines.get(rel) == (remote_size, hashlib.sha256(here).digest())
+                    or self.fs.cat_file(dst, start=remote_size - len(here), end=remote_size) == here
+                ):
+                    start = remote_size
+            if start is None:
+                sent = self._rewrite(f, dst, end)
+            else:
+                f.seek(start)
+                sent = self._append(dst, f.read(end - start))
+            self._lines[rel] = (end, hashlib.sha256(_tail(f, end)).digest())
+        return sent
+
+    def _rewrite(self, f, dst: str, end: int) -> int:
+        """dst becomes the first `end` bytes of f, whole: a temporary file renamed over it, or one put."""
+        self.fs.makedirs(dst.rsplit("/", 1)[0], exist_ok=True)
+        f.seek(0)
+        if not self._renames:
+            self.fs.pipe_file(dst, f.read(end))
+            return end
+        tmp = dst + TMP_SUFFIX
+        try:
+            with self.fs.open(tmp, "wb") as out:
+                left = end
+                while left > 0:
+                    chunk = f.read(min(_CHUNK, left))
+                    if not chunk:
+                        raise OSError(f"{f.name} shrank while it was copied")
+                    out.write(chunk)
+                    left -= len(chunk)
+            self.fs.mv(tmp, dst)
+        except BaseException:
+            if self.fs.exists(tmp):
+                self.fs.rm_file(tmp)
+            raise
+        return end
+
+    def _append(self, dst: str, data: bytes) -> int:
+        if not data:
+            return 0
+        out = self.fs.open(dst, "ab")
+        try:
+            out.write(data)
+        except BaseException:
+            discard = getattr(out, "discard", None)
+            if callable(discard) and not self._renames:  # an object store's upload dropped, not committed
+                discard()
+                try:
+                    out.closed = True  # fsspec's buffered file would commit at close (or at its __del__)
+                except AttributeError:
+                    pass
+            else:
+                out.close()
+            raise
+        out.close()  # s3fs commits the object here, whole
+        return len(data)
+
+    def _owner(self) -> dict | None:
+        try:
+            raw = self.fs.cat_file(f"{self.path}/{OWNER_FILE}")
+        except FileNotFoundError:
+            raw = None
+        return _read_doc(raw)
+
+    def _claim(self, local: Path) -> None:
+        """Before a copy from a driver's run folder: returns when the storage folder's claim is this driver's, or
+        when it takes the claim: where there is none (a new run; a folder copied before claims existed, or whose
+        claim was removed by hand), or where the claim is the one this run folder last saw there (a resume of
+        this run, of its folder or from the URI; a driver still copying there finds the claim gone at its next
+        copy). Else raises StorageClaimError (and keeps its message in `lost`: this object copies no more)."""
+        mine = run_token(local)
+        if mine is None:
+            return
+        there = self._owner()
+        if there is not None and there.get("token") == mine:
+            return
+        seen = _read_doc((local / OWNER_FILE).read_bytes() if (local / OWNER_FILE).is_file() else None)
+        if there is not None and not (seen and there.get("token") and seen.get("token") == there.get("token")):
+            raise self._claimed(there, local, held=bool(seen) and seen.get("token") == mine)
+        try:
+            holder = json.loads((local / LOCK_FILE).read_text())
+        except (OSError, ValueError):
+            holder = {}
+        holder = holder if isinstance(holder, dict) else {}
+        doc = {
+            "token": mine,
+            "host": holder.get("host", socket.gethostname()),
+            "pid": holder.get("pid", os.getpid()),
+            "since": holder.get("since", time.strftime("%Y-%m-%dT%H:%M:%S%z")),
+            "run_folder": str(local.resolve()),
+        }
+        text = (json.dumps(doc, sort_keys=True) + "\n").encode()
+        dst = f"{self.path}/{OWNER_FILE}"
+        self.fs.makedirs(self.path, exist_ok=True)
+        if self._renames:
+            self.fs.pipe_file(dst + TMP_SUFFIX, text)
+            self.fs.mv(dst + TMP_SUFFIX, dst)
+        else:
+            self.fs.pipe_file(dst, text)
+        back = self._owner()  # another driver that claimed at the same moment may have written after us
+        if back is None or back.get("token") != mine:
+            raise self._claimed(back or {}, local, held=False)
+        write_atomic(local / OWNER_FILE, text)
+
+    def _claimed(self, there: dict, local: Path, *, held: bool) -> StorageClaimError:
+        who = (
+            f"pid {there.get('pid', '?')} on host {there.get('host', '?')} (since {there.get('since', '?')}), run "
+            f"folder {there.get('run_folder', '?')}"
+            if there.get("token")
+            else "a driver whose claim cannot be read"
+        )
+        if held:
+            why = (
+                f"{self.url} was taken over by another driver, {who}, after this one started (a resume of this run "
+                f"from there takes the claim over): the stored run is that driver's now. This run's folder {local} "
+                "stays whole here; it is no longer copied there"
+            )
+        else:
+            why = (
+                f"{self.url} is claimed by another driver, {who} ({OWNER_FILE} there): two drivers copying one "
+                "storage folder would mix their files, so this run does not copy there. If that run goes on, give "
+                "this one another --name; if it has ended or its machine is gone, continue the stored run with "
+                f"`--resume {self.url}` (which takes the claim over), or remove {self.url}/{OWNER_FILE} to let this "
+                "run folder's copy replace what is there"
+            )
+        self.lost = why
+        return StorageClaimError(why)
+
     def fetch(self, local: str | Path, *, checkpoints: bool = True) -> list[Path]:
         """Copies the run's files from storage into the local folder (replacing what is there; each file to a
         temporary name, then renamed); checkpoints=False leaves checkpoints/ out (a report reads none). The copied
@@ -195,8 +428,8 @@ class RunStorage:
             )
         got = []
         for rel in sorted(remote):
-            if not _is_copied(rel) or (not checkpoints and rel.startswith(f"{CHECKPOINT_DIR}/")):
-                continue
+            if not (_is_copied(rel) or rel == OWNER_FILE) or (not checkpoints and rel.startswith(f"{CHECKPOINT_DIR}/")):
+                continue  # the claim comes along: a resume from here takes it over (`_claim`)
             dst = local / rel
             dst.parent.mkdir(parents=True, exist_ok=True)
             tmp = dst.with_name(dst.name + TMP_SUFFIX)
@@ -204,6 +437,10 @@ class RunStorage:
             os.replace(tmp, dst)
             st = dst.stat()
             self._sent[rel] = (st.st_size, st.st_mtime_ns)
+            if rel in APPENDED:
+                with open(dst, "rb") as f:
+                    end = _whole_end(f, st.st_size)
+                    self._lines[rel] = (end, hashlib.sha256(_tail(f, end)).digest())
             got.append(dst)
         return got
 
@@ -211,11 +448,19 @@ class RunStorage:
 def keep_checkpoints(run_dir: str | Path, checkpoints: list[Checkpoint], storage: RunStorage | None) -> list[Path]:
     """Writes the learner's checkpoints into the run folder (write_checkpoint: whole, the newest two kept) and, with
     storage, copies the folder there. A failed copy is told on stderr and the run goes on (the next checkpoint
-    copies again, the run's end too); a failed write raises (a full disk ends the run: docs/faults.md)."""
+    copies again, the run's end too); a claim on the storage folder that another driver holds is an error told
+    once, and this run copies there no more (its end's copy is refused the same way: exit 1); a failed write
+    raises (a full disk ends the run: docs/faults.md)."""
     written = [write_checkpoint(run_dir, c) for c in checkpoints]
-    if written and storage is not None:
+    if written and storage is not None and storage.lost is None:
         try:
             storage.sync(run_dir)
+        except StorageClaimError as err:
+            print(
+                f"error: stopped copying {run_dir} to its storage: {err}. The run goes on here",
+                file=sys.stderr,
+                flush=True,
+            )
         except (OSError, ValueError) as err:  # storage out of reach or full: the run folder here is whole
             print(
                 f"warning: copying {run_dir} to {storage.url} failed ({type(err).__name__}: {err}); the run goes "
