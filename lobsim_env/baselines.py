@@ -9,7 +9,12 @@ between `flat` / `imbalance` and `oracle`.
 `run_episodes(config, policy, episodes, seed)` plays `episodes` full episodes, one per book of a LobVectorEnv
 reset with `seed` (book i: seed + i), and measures PnL, drawdown, turnover, fees and the fill rate of passive
 orders; `evaluate_policy` scores a named baseline with it and foxhunt_ray.evaluate scores a trained agent with
-the same loop, on the same seeds, so every policy meets the same episodes (docs/evaluation.md).
+the same loop, on the same seeds, so every policy meets the same episodes (docs/evaluation.md). The split of a
+step's fills into taker and passive contracts, and the orders posted, come from the env's market through the
+`Market` protocol's `action_listener` (whichever market the config picks).
+
+Bad arguments raise `lobsim_env.validation.InputError`, worded as every config's errors are: the value, then
+what it must be ("episodes=0 must be an int >= 1").
 """
 
 from __future__ import annotations
@@ -22,8 +27,8 @@ import numpy as np
 
 from lobsim_env.config import MarketConfig
 from lobsim_env.env import LobVectorEnv
-from lobsim_env.market import N_ACTIONS, Action, obs_index
-from lobsim_env.synthetic.market import SyntheticMarket
+from lobsim_env.market import N_ACTIONS, Action, ActionReport, obs_index
+from lobsim_env.validation import InputError, Int, OneOf, Rule
 
 Policy = Callable[[np.ndarray, LobVectorEnv, np.random.Generator], np.ndarray]
 
@@ -74,55 +79,25 @@ NEEDS_LATENT_REGIME = frozenset({"oracle"})
 """Baselines that read the synthetic market's hidden regime: there is none in a LOBSTER replay."""
 
 
-def _new_order_size(size0: np.ndarray, price0: np.ndarray, size1: np.ndarray, price1: np.ndarray) -> np.ndarray:
-    """Contracts of the resting orders an action placed, summed over sides ([..., 2] before / after it).
-
-    An order is new where there is one after the action and there was none before, or it sits at another
-    price; a join at the price where the agent already rests keeps that order (and its queue place).
-    """
-    new = (size1 > 0) & ((size0 == 0) | (price0 != price1))
-    return np.where(new, size1, 0).sum(axis=-1)
+def _check(name: str, value: object, rule: Rule) -> None:
+    """Raises InputError "name=value must ..." where value breaks rule (lobsim_env.validation's wording)."""
+    if (problem := rule.problem(value)) is not None:
+        raise InputError(f"{name}={value!r} {problem}")
 
 
-class _OrderTape:
-    """Per step and book: the agent's taker contracts and the contracts of passive orders it posted.
+def _plain_int(value: object) -> object:
+    """A numpy integer as the int it holds (seeds often come out of numpy arrays); anything else as it is."""
+    return int(value) if isinstance(value, np.integer) else value
 
-    A step's `fills` are taker and passive contracts together; the split exists only where the action meets
-    the book, in the market's `_act`. The tape wraps that method of this env's own market object (both the
-    synthetic and the LOBSTER market have one; nothing outside this env is touched) and records, per book,
-    what the action took at market and what it newly rested.
-    """
 
-    def __init__(self, env: LobVectorEnv):
-        B = env.num_envs
-        self.taker = np.zeros(B, np.int64)
-        self.posted = np.zeros(B, np.int64)
-        market = env.market
-        act = market._act
-        if isinstance(market, SyntheticMarket):
+class _LastReport:
+    """An `action_listener`: keeps the `ActionReport` of the market's last step."""
 
-            def tapped(state, actions):
-                b = state.book
-                size0, tick0 = b.own_size.copy(), b.own_tick.copy()
-                qty, cash = act(state, actions)
-                self.taker[:] = qty
-                self.posted[:] = _new_order_size(size0, tick0, b.own_size, b.own_tick)
-                return qty, cash
+    def __init__(self) -> None:
+        self.report: ActionReport | None = None
 
-        else:  # the LOBSTER market acts book by book
-
-            def tapped(state, r, action, **where):
-                size0, price0 = state.own_size[r].copy(), state.own_price[r].copy()
-                taken, fee = act(state, r, action, **where)
-                self.taker[r] = taken
-                self.posted[r] = _new_order_size(size0, price0, state.own_size[r], state.own_price[r])
-                return taken, fee
-
-        market._act = tapped
-
-    def clear(self) -> None:
-        self.taker[:] = 0
-        self.posted[:] = 0
+    def __call__(self, report: ActionReport) -> None:
+        self.report = report
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -187,12 +162,18 @@ def run_episodes(
     seed meet the same flow (as far as their own orders leave it unchanged: docs/evaluation.md). `rng` of
     the policy is np.random.default_rng(rng_seed, default seed).
     """
-    if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 1:
-        raise ValueError(f"episodes={episodes!r} must be an int >= 1")
-    if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
-        raise ValueError(f"seed={seed!r} must be an int >= 0")
+    seed, rng_seed = _plain_int(seed), _plain_int(rng_seed)
+    _check("episodes", episodes, Int(ge=1, why="one book per episode"))
+    _check("seed", seed, Int(ge=0))
+    _check("rng_seed", rng_seed, Int(ge=0, none_ok=True, why="None: use seed"))
+    if not callable(policy):
+        raise InputError(
+            f"policy={policy!r} must be a callable policy(obs, env, rng) -> actions, "
+            "such as lobsim_env.baselines.POLICIES['imbalance']"
+        )
     env = LobVectorEnv(episodes, config)
-    tape = _OrderTape(env)
+    last = _LastReport()
+    env.market.action_listener = last  # the env's own market: nothing outside this loop hears it
     rng = np.random.default_rng(seed if rng_seed is None else rng_seed)
     obs, _ = env.reset(seed=int(seed))
     z = np.zeros(episodes, np.int64)
@@ -200,17 +181,21 @@ def run_episodes(
     fees, peak, drawdown = np.zeros(episodes), np.zeros(episodes), np.zeros(episodes)
     equity = np.zeros(episodes)
     for _ in range(config.horizon):
-        tape.clear()
+        last.report = None
         obs, _, _, _, info = env.step(policy(obs, env, rng))
+        report = last.report
+        if report is None:
+            raise RuntimeError(f"{type(env.market).__name__}.step did not call its action_listener (lobsim_env.Market)")
         step_fills = info["fills"]
         fills += np.abs(step_fills)
-        taker += np.abs(tape.taker)
-        passive += np.abs(step_fills - tape.taker)
-        posted += tape.posted
+        taker += np.abs(report.taker)
+        passive += np.abs(step_fills - report.taker)
+        posted += report.posted
         fees += info["fees_usd"]
         equity = info["equity_usd"]
         np.maximum(peak, equity, out=peak)
         np.maximum(drawdown, peak - equity, out=drawdown)
+    env.market.action_listener = None
     env.close()
     return EpisodeResults(
         seed=int(seed),
@@ -232,7 +217,6 @@ def evaluate_policy(config: MarketConfig, policy_name: str, episodes: int, seed:
     standard error of the final pnl_usd over episodes, the Sharpe-like ratio, drawdown, turnover, the mean
     contracts filled and fees paid per episode, and the fill rate of passive orders.
     """
-    if policy_name not in POLICIES:
-        raise ValueError(f"policy_name={policy_name!r} must be one of {sorted(POLICIES)}")
+    _check("policy_name", policy_name, OneOf(tuple(POLICIES)))
     results = run_episodes(config, POLICIES[policy_name], episodes, seed)
     return {"policy": policy_name, "episodes": episodes, **results.metrics()}

@@ -8,10 +8,15 @@ Exposure rule (the position limit L), which both markets keep: for every book, p
 and position - resting ask size >= -L at all times. Market orders and joins are clipped to what the rule allows
 and ignored when that is zero; passive fills then can never breach L. Self-trade prevention: a market buy first
 cancels the agent's resting ask, a market sell its resting bid.
+
+What an action did where it met the book (its taker fill, the resting orders it placed) is folded into the
+step's `fills` with the passive fills; a market reports it apart only to its `action_listener`, when one is set
+(`ActionReport`): the evaluation loop (lobsim_env.baselines) reads the taker / passive split through it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Protocol, TypeVar, runtime_checkable
@@ -82,6 +87,39 @@ class StepResult:
     """[B] bool: the episode reached its horizon."""
 
 
+@dataclass(kw_only=True, frozen=True, slots=True)
+class ActionReport:
+    """What the actions of one step did where they met the B books, apart from the passive fills.
+
+    A market with an `action_listener` builds one per step and passes it to the listener once, at the end of
+    `step` (the state is then the step's final one). The arrays are the listener's to keep.
+    """
+
+    taker: np.ndarray
+    """[B] int64 signed contracts the action's market orders filled (buys +); `StepResult.fills` minus this is the
+    step's passive fill."""
+    taker_cash_usd: np.ndarray
+    """[B] float64 the cash those market orders moved, in USD before fees (selling +, buying -): contracts times the
+    price of each level they took."""
+    posted: np.ndarray
+    """[B] int64 contracts of the resting orders the action newly placed (`new_order_contracts`): a join where the
+    agent already rests at that price keeps its order and posts nothing."""
+
+
+ActionListener = Callable[[ActionReport], None]
+
+
+def new_order_contracts(size0: np.ndarray, price0: np.ndarray, size1: np.ndarray, price1: np.ndarray) -> np.ndarray:
+    """Contracts of the resting orders an action placed, summed over the last axis (the sides: [..., 2] of the
+    agent's order sizes and prices before / after the action, in any one price unit).
+
+    An order is new where there is one after the action and there was none before, or it sits at another price;
+    a join at the price where the agent already rests keeps that order (and its queue place).
+    """
+    new = (size1 > 0) & ((size0 == 0) | (price0 != price1))
+    return np.where(new, size1, 0).sum(axis=-1)
+
+
 class MarketState(Protocol):
     """What the envs read of a market's state over B books; each market keeps more (its book, flow, orders)."""
 
@@ -104,6 +142,10 @@ class Market(Protocol[State]):
     """
 
     cfg: MarketConfig
+    action_listener: ActionListener | None
+    """None (the default: nothing is reported, and the step pays one `is None` test for it), or a callable that
+    `step` calls once, at its end, with the step's `ActionReport`. Set it on a market of one's own (an env's
+    `market`); an env's autoreset discards, after the step, what it reported for the books it resets."""
 
     def new_state(self, n_books: int) -> State:
         """The state of n_books books; each is opened by `reset_rows` before its first step."""

@@ -15,9 +15,10 @@ from hypothesis import strategies as st
 
 import lobsim_env
 from lobsim_env import Action, LobEnv, LobVectorEnv, MarketConfig, MarketConfigError, SyntheticConfig
-from lobsim_env.lobster.market import LobsterMarket
-from lobsim_env.market import Market, obs_index
+from lobsim_env.lobster.market import LobsterMarket, lobster_config
+from lobsim_env.market import ActionReport, Market, new_order_contracts, obs_index
 from lobsim_env.synthetic.market import SyntheticMarket
+from tests.test_lobster_reconstruct import random_day
 
 CFG = MarketConfig(horizon=40)
 
@@ -34,6 +35,105 @@ def test_both_markets_implement_the_market_protocol(cls):
         want = list(inspect.signature(getattr(Market, name)).parameters)
         assert list(inspect.signature(getattr(cls, name)).parameters) == want, (cls.__name__, name)
     assert isinstance(SyntheticMarket(CFG), Market)
+    assert list(Market.__annotations__) == ["cfg", "action_listener"]  # the protocol's attributes
+    assert cls.action_listener is None  # nothing is reported unless a listener is set
+
+
+# ---- the action listener: what an action did where it met the book, through the protocol ----------------
+
+
+def _both_markets(latency: int) -> list[Market]:
+    day = random_day(7, levels=3, n=900)
+    lob = lobster_config(str(day.source), horizon=40, events_per_step=6, latency_events=latency, order_size=2)
+    syn = dataclasses.replace(CFG, events_per_step=6, latency_events=latency)
+    return [SyntheticMarket(syn), LobsterMarket(lob, day)]
+
+
+def _cash_usd(market: Market, state) -> np.ndarray:
+    """The state's cash in USD (each market keeps it in its own unit)."""
+    if isinstance(market, SyntheticMarket):
+        return state.cash_ticks * market.cfg.usd_per_tick
+    return state.cash_units * market._units_to_usd
+
+
+@pytest.mark.parametrize("latency", [0, 1, 6])
+def test_a_listener_hears_each_step_once_and_changes_nothing(latency):
+    """Both markets call the listener once per step, after it, with [B] arrays; the steps themselves are bit for
+    bit those of the same market without one."""
+    for plain in _both_markets(latency):
+        heard = _both_markets(latency)[0 if isinstance(plain, SyntheticMarket) else 1]
+        reports: list[ActionReport] = []
+        heard.action_listener = reports.append
+        B = 6
+        s0, s1 = plain.new_state(B), heard.new_state(B)
+        keys = np.arange(1, B + 1, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+        plain.reset_rows(s0, np.arange(B), keys)
+        heard.reset_rows(s1, np.arange(B), keys)
+        acts = np.random.default_rng(latency).integers(0, len(Action), (30, B))
+        posted = 0
+        for t in range(30):
+            r0, r1 = plain.step(s0, acts[t]), heard.step(s1, acts[t])
+            assert len(reports) == t + 1, type(plain).__name__
+            rep = reports[-1]
+            assert rep.taker.shape == rep.taker_cash_usd.shape == rep.posted.shape == (B,)
+            assert rep.taker.dtype == rep.posted.dtype == np.int64 and rep.taker_cash_usd.dtype == np.float64
+            for f in ("reward", "fills", "fees_usd", "truncated"):
+                assert np.array_equal(getattr(r0, f), getattr(r1, f)), (type(plain).__name__, t, f)
+            assert np.array_equal(plain.observe(s0), heard.observe(s1))
+            if isinstance(plain, SyntheticMarket):  # it nets a step's passive fills, then charges the maker fee
+                cfg = plain.cfg
+                fees = np.abs(rep.taker) * cfg.taker_fee_usd + np.abs(r1.fills - rep.taker) * cfg.maker_fee_usd
+                assert np.array_equal(r1.fees_usd, fees)
+            trades = np.isin(acts[t], [Action.MARKET_BUY, Action.MARKET_SELL, Action.FLATTEN])
+            assert not rep.taker[~trades].any() and not rep.taker_cash_usd[~trades].any()
+            joins = np.isin(acts[t], [Action.JOIN_BID, Action.JOIN_ASK])
+            assert not rep.posted[~joins].any() and (rep.posted <= plain.cfg.order_size).all()
+            assert (np.sign(rep.taker_cash_usd) == -np.sign(rep.taker)).all()  # buying costs cash
+            posted += rep.posted.sum()
+        assert reports[-1] is not reports[-2] and posted > 0
+        heard.action_listener = None
+        heard.step(s1, acts[0])
+        assert len(reports) == 30
+
+
+def test_the_taker_cash_is_the_cash_the_market_orders_moved():
+    """With market orders only (no resting order, so no passive fill) the taker fills and cash the listener heard
+    add up to the state's position and cash, in USD, in both markets."""
+    for m in _both_markets(1):
+        reports: list[ActionReport] = []
+        m.action_listener = reports.append
+        s = m.new_state(4)
+        m.reset_rows(s, np.arange(4), np.array([3, 5, 7, 11], np.uint64))
+        rng = np.random.default_rng(2)
+        for _ in range(30):
+            m.step(s, rng.choice([Action.HOLD, Action.MARKET_BUY, Action.MARKET_SELL, Action.FLATTEN], 4))
+        taker = np.sum([r.taker for r in reports], axis=0)
+        cash = np.sum([r.taker_cash_usd for r in reports], axis=0)
+        assert np.array_equal(taker, s.position) and np.abs(taker).sum() > 0, type(m).__name__
+        assert np.allclose(cash, _cash_usd(m, s)), type(m).__name__
+        assert not np.sum([r.posted for r in reports])
+
+
+def test_a_join_posts_its_new_order_and_a_kept_one_posts_nothing():
+    """posted counts the contracts of a newly rested order (new_order_contracts): joining from no order posts
+    it, joining again where the order still rests keeps it (and its queue place) and posts nothing."""
+    assert new_order_contracts(np.array([0, 2]), np.array([0, 100]), np.array([2, 2]), np.array([99, 100])) == 2
+    assert new_order_contracts(np.array([1, 0]), np.array([5, 0]), np.array([2, 0]), np.array([6, 0])) == 2
+    for m in _both_markets(6):  # the action meets the book after the step's events: nothing fills it this step
+        reports: list[ActionReport] = []
+        m.action_listener = reports.append
+        s = m.new_state(1)
+        m.reset_rows(s, np.arange(1), np.array([12345], np.uint64))
+        size, price = (
+            (s.book.own_size, s.book.own_tick) if isinstance(m, SyntheticMarket) else (s.own_size, s.own_price)
+        )
+        m.step(s, np.array([Action.JOIN_BID]))
+        assert reports[-1].posted[0] == size[0, 0] == m.cfg.order_size, type(m).__name__
+        price0 = int(price[0, 0])
+        m.step(s, np.array([Action.JOIN_BID]))  # the best bid is still where it rests: kept
+        assert int(price[0, 0]) == price0 and size[0, 0] > 0 and reports[-1].posted[0] == 0, type(m).__name__
+        m.step(s, np.array([Action.HOLD]))
+        assert reports[-1].posted[0] == 0
 
 
 def test_registered_make_and_make_vec():

@@ -25,7 +25,9 @@ from learner.network import policy_from_weights
 from lobsim_env import Action, LobVectorEnv, MarketConfig
 from lobsim_env.baselines import POLICIES, evaluate_policy, run_episodes
 from lobsim_env.lobster import samples
+from lobsim_env.lobster.market import lobster_config
 from lobsim_env.seeds import HELDOUT_FOLD_STRIDE, RESUME_SEED_STRIDE, book_seed, heldout_seed
+from lobsim_env.validation import InputError
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -205,7 +207,51 @@ def test_episodes_below_one_are_refused_by_the_loop():
         run_episodes(MarketConfig(horizon=5), POLICIES["flat"], 0, 1)
 
 
+@pytest.mark.parametrize(
+    ("args", "kw", "message"),
+    [
+        ((POLICIES["flat"], True, 1), {}, "episodes=True must be an int >= 1 (one book per episode)"),
+        ((POLICIES["flat"], 2.0, 1), {}, "episodes=2.0 must be an int >= 1 (one book per episode)"),
+        ((POLICIES["flat"], 2, -1), {}, "seed=-1 must be an int >= 0"),
+        ((POLICIES["flat"], 2, "1"), {}, "seed='1' must be an int >= 0"),
+        ((POLICIES["flat"], 2, 1), {"rng_seed": -3}, "rng_seed=-3 must be None or an int >= 0 (None: use seed)"),
+        (("flat", 2, 1), {}, "policy='flat' must be a callable policy(obs, env, rng) -> actions"),
+    ],
+)
+def test_the_loop_names_a_bad_argument_and_what_it_must_be(args, kw, message):
+    """run_episodes words its argument errors as every config does (lobsim_env.validation): an InputError."""
+    with pytest.raises(InputError) as err:
+        run_episodes(MarketConfig(horizon=5), *args, **kw)
+    assert str(err.value).startswith(message)
+    with pytest.raises(InputError, match=r"^policy_name='best' must be one of \['flat', 'random', 'imbalance'"):
+        evaluate_policy(MarketConfig(horizon=5), "best", 2, 1)
+
+
+def test_numpy_integer_seeds_are_seeds():
+    a = run_episodes(MarketConfig(horizon=20), POLICIES["random"], 3, np.int64(4), rng_seed=np.uint32(9))
+    b = run_episodes(MarketConfig(horizon=20), POLICIES["random"], 3, 4, rng_seed=9)
+    assert a.seed == 4 and np.array_equal(a.pnl_usd, b.pnl_usd) and np.array_equal(a.passive_posted, b.passive_posted)
+
+
 # ---- LOBSTER ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(not AMZN_1.exists(), reason="LOBSTER sample data not present")
+def test_the_loop_splits_taker_and_passive_on_a_lobster_day():
+    """The same split through the LOBSTER market's action_listener: a bid-only joiner takes nothing at market and
+    pays the maker fee on what its bids filled; a market-order policy posts nothing."""
+    cfg = lobster_config(str(AMZN_1), horizon=100)
+
+    def join_bid(obs, env, rng):
+        return np.full(obs.shape[0], Action.JOIN_BID, np.int64)
+
+    joins = run_episodes(cfg, join_bid, 6, 3)
+    assert joins.taker_contracts.sum() == 0 and np.array_equal(joins.passive_filled, joins.fills)
+    assert joins.passive_posted.sum() >= joins.passive_filled.sum() > 0
+    assert np.allclose(joins.fees_usd, joins.passive_filled * cfg.maker_fee_usd)
+    market_only = run_episodes(cfg, POLICIES["imbalance"], 6, 3)
+    assert market_only.passive_posted.sum() == 0 and market_only.taker_contracts.sum() > 0
+    assert np.allclose(market_only.fees_usd, market_only.taker_contracts * cfg.taker_fee_usd)
 
 
 @pytest.mark.skipif(not AMZN_1.exists(), reason="LOBSTER sample data not present")

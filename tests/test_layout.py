@@ -122,7 +122,8 @@ def _inside(module: str, package: str) -> bool:
 def test_the_two_markets_stand_side_by_side_behind_one_interface():
     """lobsim_env's layout (docs/market.md): the synthetic and the LOBSTER market never import each other and reach
     the rest of lobsim_env only through the shared contract (config, market) and the project's leaf of field rules
-    and error classes (validation, which imports nothing from the project); the envs reach them only through
+    and error classes (validation, which imports nothing from the project); the envs and the evaluation loop
+    (baselines, which reads fills through the Market protocol's action_listener) reach them only through
     markets.make_market, and the contract imports neither."""
     g = import_graph()
     assert g["lobsim_env.validation"] == set(), "lobsim_env.validation is the leaf every config imports"
@@ -135,9 +136,21 @@ def test_the_two_markets_stand_side_by_side_behind_one_interface():
             outside = {d for d in g[m] if _inside(d, "lobsim_env") and not _inside(d, pkg)}
             allowed = contract | {"lobsim_env.validation"}
             assert outside <= allowed, f"{m} imports {sorted(outside - allowed)}: only lobsim_env.config/.market"
-    for m in (*contract, "lobsim_env.env"):
+    for m in (*contract, "lobsim_env.env", "lobsim_env.baselines"):
         reached = {d for d in g[m] if any(_inside(d, pkg) for pkg in markets)}
         assert not reached, f"{m} imports {sorted(reached)}: a market is chosen in lobsim_env.markets alone"
+
+
+def test_lobsim_env_is_the_bottom_package():
+    """Imports between the project's folders point down only, and lobsim_env is at the bottom (lobsim_env.validation's
+    docstring): none of its modules imports actors, learner, foxhunt_ray or cuda, at any depth of a module."""
+    g = import_graph()
+    upward = {
+        m: sorted(d for d in deps if not _inside(d, "lobsim_env"))
+        for m, deps in g.items()
+        if _inside(m, "lobsim_env") and any(not _inside(d, "lobsim_env") for d in deps)
+    }
+    assert not upward, f"lobsim_env imports from the packages above it: {upward}"
 
 
 def test_the_config_imports_no_torch():

@@ -20,13 +20,14 @@ This market loops over books and messages in Python: the speed target is the syn
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
 
 from lobsim_env.config import MarketConfig
 from lobsim_env.lobster.files import TICK, LobsterDay, load_day
-from lobsim_env.market import OBS_FIXED, Action, StepResult
+from lobsim_env.market import OBS_FIXED, Action, ActionListener, ActionReport, StepResult, new_order_contracts
 
 
 def lobster_config(path: str, **overrides) -> MarketConfig:
@@ -91,6 +92,8 @@ class LobsterState:
 class LobsterMarket:
     """`lobsim_env.market.Market` over a LOBSTER day."""
 
+    action_listener: ActionListener | None = None
+
     def __init__(self, cfg: MarketConfig, day: LobsterDay | None = None):
         self.cfg = cfg.validate()
         self.day = load_day(cfg.lobster_path) if day is None else day
@@ -147,13 +150,19 @@ class LobsterMarket:
         B = state.t.shape[0]
         fills = np.zeros(B, np.int64)
         fees = np.zeros(B)
+        listener = self.action_listener
+        if listener is None:
+            act = self._act
+        else:  # the same action, with what it did recorded book by book
+            report = ActionReport(taker=np.zeros(B, np.int64), taker_cash_usd=np.zeros(B), posted=np.zeros(B, np.int64))
+            act = functools.partial(self._act_reported, report)
         for r in range(B):
             k0 = int(state.start[r] + state.t[r] * E)
             signed_volume = 0
             for e in range(E + 1):
                 k = k0 + e
                 if e == cfg.latency_events:
-                    q, f = self._act(state, r, int(actions[r]), row=k - 1, msg=k)
+                    q, f = act(state, r, int(actions[r]), row=k - 1, msg=k)
                     fills[r] += q
                     fees[r] += f
                 if e == E:
@@ -171,7 +180,10 @@ class LobsterMarket:
         equity = (state.cash_units + state.position * state.last_mid2 / 2) * self._units_to_usd - state.fees_usd
         reward = equity - state.equity_usd
         state.equity_usd = equity
-        return StepResult(reward=reward, fills=fills, fees_usd=fees, truncated=state.t >= cfg.horizon)
+        result = StepResult(reward=reward, fills=fills, fees_usd=fees, truncated=state.t >= cfg.horizon)
+        if listener is not None:
+            listener(report)
+        return result
 
     # ---- one book, one message / one action -------------------------------------------------------------
 
@@ -240,6 +252,17 @@ class LobsterMarket:
                 state.own_ahead[r, side] = size
                 state.own_join[r, side] = msg
         return taken, abs(taken) * cfg.taker_fee_usd
+
+    def _act_reported(
+        self, report: ActionReport, state: LobsterState, r: int, action: int, *, row: int, msg: int
+    ) -> tuple[int, float]:
+        """`_act`, writing into row r of `report` its taker contracts and cash (USD) and what it newly rested."""
+        size0, price0, cash0 = state.own_size[r].copy(), state.own_price[r].copy(), int(state.cash_units[r])
+        taken, fee = self._act(state, r, action, row=row, msg=msg)
+        report.taker[r] = taken
+        report.taker_cash_usd[r] = (int(state.cash_units[r]) - cash0) * self._units_to_usd
+        report.posted[r] = new_order_contracts(size0, price0, state.own_size[r], state.own_price[r])
+        return taken, fee
 
     def _take(self, state: LobsterState, r: int, book: np.ndarray, *, buy: bool, qty: int) -> int:
         """Walks the displayed levels (asks for a buy); books the fills; returns contracts filled."""

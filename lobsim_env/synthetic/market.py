@@ -10,6 +10,8 @@ observation. One env step, per book:
   3. passive fills are booked; the window re-centres if needed; equity is marked at the mid;
   4. reward = equity_usd now - equity_usd before the step (equity = cash + position * mid, in USD, net of all
      fees paid in the episode).
+With an `action_listener` set, the step ends by reporting what the actions did in 2 where they met the books
+(`lobsim_env.market.ActionReport`).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from lobsim_env.config import MarketConfig
-from lobsim_env.market import OBS_FIXED, StepResult
+from lobsim_env.market import OBS_FIXED, ActionListener, ActionReport, StepResult, new_order_contracts
 from lobsim_env.synthetic import book as bk
 from lobsim_env.synthetic.agent import apply_actions
 from lobsim_env.synthetic.flow import SyntheticFlow, hash_draws
@@ -67,7 +69,10 @@ class SyntheticState:
 
 
 class SyntheticMarket:
-    """The step function over a SyntheticState for one config; holds only precomputed tables."""
+    """The step function over a SyntheticState for one config; holds only precomputed tables (and the
+    `action_listener` of `lobsim_env.market.Market`, None unless set)."""
+
+    action_listener: ActionListener | None = None
 
     def __init__(self, cfg: MarketConfig):
         self.cfg = cfg.validate()
@@ -108,14 +113,16 @@ class SyntheticMarket:
         h = hash_draws(state.key, state.t, E + 1, out=self._draws(E + 1, state.key.shape[0]))
         state.regime = self.flow_model.step_regime(state.regime, h[E])
         book.signed_volume[:] = 0
-        taker_qty = taker_cash = None
+        listener = self.action_listener
+        act = self._act if listener is None else self._act_reported
+        taker_qty = taker_cash = posted = None
         events = self.flow_model.prepare(h[:E], state.regime)
         for e in range(E):
             if e == cfg.latency_events:
-                taker_qty, taker_cash = self._act(state, actions)
+                taker_qty, taker_cash, posted = act(state, actions)
             events.apply(book, e)
         if taker_qty is None:
-            taker_qty, taker_cash = self._act(state, actions)
+            taker_qty, taker_cash, posted = act(state, actions)
         passive_qty, passive_cash = bk.drain_fills(book)
         bk.recentre(book, self.margin, cfg.synthetic.base_depth)
 
@@ -130,19 +137,33 @@ class SyntheticMarket:
         equity = self.equity_usd(state)
         reward = equity - state.equity_usd
         state.equity_usd = equity
-        return StepResult(reward=reward, fills=taker_qty + passive_qty, fees_usd=fees, truncated=state.t >= cfg.horizon)
+        result = StepResult(
+            reward=reward, fills=taker_qty + passive_qty, fees_usd=fees, truncated=state.t >= cfg.horizon
+        )
+        if listener is not None:
+            listener(ActionReport(taker=taker_qty, taker_cash_usd=taker_cash * cfg.usd_per_tick, posted=posted))
+        return result
 
-    def _act(self, state: SyntheticState, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _act(self, state: SyntheticState, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, None]:
+        """(signed taker contracts [B], taker cash in ticks [B], None: nothing posted is counted)."""
         # Passive fills earlier in this step count towards the position limit already.
         b = state.book
         position = state.position + b.own_filled[:, bk.BID] - b.own_filled[:, bk.ASK]
-        return apply_actions(
+        qty, cash = apply_actions(
             state.book,
             position,
             actions,
             order_size=self.cfg.order_size,
             position_limit=self.cfg.position_limit,
         )
+        return qty, cash, None
+
+    def _act_reported(self, state: SyntheticState, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """`_act`, with the contracts of the resting orders it newly placed [B] in place of None."""
+        b = state.book
+        size0, tick0 = b.own_size.copy(), b.own_tick.copy()
+        qty, cash, _ = self._act(state, actions)
+        return qty, cash, new_order_contracts(size0, tick0, b.own_size, b.own_tick)
 
     def _draws(self, n: int, B: int) -> np.ndarray:
         if self._draw_buf is None or self._draw_buf.shape != (n, B):
