@@ -7,7 +7,9 @@
   pid and host holding it, before it writes anything. The file stays (removing it would let a third process lock
   a new file while a second still holds the old one) and names the last holder.
 - **config.json** (`read_config`, `read_config_doc`): the one reader of the run's resolved config, for the
-  resume, evaluate, report and the benchmarks; a missing or malformed file is named with its fix.
+  resume, evaluate, report and the benchmarks; a missing or malformed file is named with its fix. A folder that
+  holds a run (`RUN_FILES`: a checkpoint, summary.json, the config as written) but no config.json (deleted, or
+  copied without it) is refused by every reader, the report too, naming the folder and how to put it back.
 - **The config as written**: `config.sha256` (the `sha256sum` line of config.json as the driver wrote it) and
   `config.written.json` (that text) let a resume tell a hand-edited config.json from the one the run started
   with, and name the fields that differ (`config_changes`); an accepted change (`--allow-config-change`) is
@@ -36,8 +38,16 @@ import socket
 import time
 from pathlib import Path
 
-from actors.checkpoints import CheckpointError, checkpoint_path, list_checkpoints, load_problem, read_checkpoint
+from actors.checkpoints import (
+    CHECKPOINT_DIR,
+    CheckpointError,
+    checkpoint_path,
+    list_checkpoints,
+    load_problem,
+    read_checkpoint,
+)
 from actors.files import write_atomic
+from actors.monitor import SUMMARY_FILE
 from foxhunt_ray.config import RunConfig, from_dict
 from foxhunt_ray.plan import DriverConfig
 from learner.config import RETIRED_FIELDS, FaultInjection, LearnerConfig
@@ -51,6 +61,9 @@ LOCK_FILE = "run.lock"
 CONFIG_HASH_FILE = "config.sha256"
 CONFIG_WRITTEN_FILE = "config.written.json"
 CONFIG_CHANGES_FILE = "config_changes.jsonl"
+RUN_FILES = (CHECKPOINT_DIR, SUMMARY_FILE, CONFIG_WRITTEN_FILE, CONFIG_HASH_FILE)
+"""What a run writes beside config.json (the driver writes config.json before any of them): a folder holding any
+of them holds a run, and without config.json nothing can tell what that run trained."""
 LATEST = "latest"
 """OUT/latest: the run folder of the run that started last under OUT (a symlink, or a pointer file)."""
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,99}$")
@@ -135,10 +148,41 @@ class SavedConfig:
 
 
 def read_config_doc(run_dir: str | Path, *, missing_ok: bool = False) -> dict | None:
-    """config.json of run_dir as a JSON object (None when missing_ok and there is none). A file of older code
-    holds the test-only faults in its learner section (learner.inject_nan_at, learner.flip_distill_sign): they
-    are moved to its "faults" section. Raises RunFolderError naming the file and the fix."""
+    """config.json of run_dir as a JSON object. None when missing_ok and there is none in a folder that holds no
+    run either (a bare diag.jsonl); a run folder without one raises (missing_config). A file of older code holds
+    the test-only faults in its learner section (learner.inject_nan_at, learner.flip_distill_sign): they are
+    moved to its "faults" section. Raises RunFolderError naming the file and the fix."""
     return _read_config(Path(run_dir), missing_ok)[0]
+
+
+def run_files(run_dir: str | Path) -> list[str]:
+    """The RUN_FILES that run_dir holds (the checkpoints folder as 'checkpoints/'): none, and it holds no run."""
+    return [f"{name}/" if name == CHECKPOINT_DIR else name for name in RUN_FILES if (Path(run_dir) / name).exists()]
+
+
+def missing_config(run_dir: str | Path) -> RunFolderError:
+    """The error for a folder without config.json: where the folder holds a run (run_files), says so and how to
+    put the file back (config.written.json beside it, else a backup or --print-config with the run's flags);
+    otherwise, what folder to pass instead."""
+    run_dir = Path(run_dir)
+    path = run_dir / CONFIG_FILE
+    held = run_files(run_dir)
+    if not held:
+        return RunFolderError(
+            f"{path} does not exist: pass a run folder OUT/<code_sha>/<name>/<fold>/ written by "
+            "`python -m foxhunt_ray.local` or `foxhunt_ray.job` (it holds config.json and checkpoints/), or OUT/latest"
+        )
+    if (run_dir / CONFIG_WRITTEN_FILE).is_file():
+        fix = f"restore it from the copy the run wrote: cp {run_dir / CONFIG_WRITTEN_FILE} {path}"
+    else:
+        fix = (
+            f"copy it back from where this folder came from (a backup, the run's --storage copy), or write it from "
+            f"the run's own flags: python -m foxhunt_ray.local <the run's flags> --print-config > {path}"
+        )
+    return RunFolderError(
+        f"run folder {run_dir} holds a run ({', '.join(held)}) but not its {CONFIG_FILE}, the config it ran with "
+        f"(deleted, or the folder was copied without it): {fix}, then run this again; nothing was changed"
+    )
 
 
 def _read_config(run_dir: Path, missing_ok: bool) -> tuple[dict | None, str]:
@@ -146,12 +190,9 @@ def _read_config(run_dir: Path, missing_ok: bool) -> tuple[dict | None, str]:
     try:
         text = path.read_text()
     except FileNotFoundError:
-        if missing_ok:
+        if missing_ok and not run_files(run_dir):
             return None, ""
-        raise RunFolderError(
-            f"{path} does not exist: pass a run folder OUT/<code_sha>/<name>/<fold>/ written by "
-            "`python -m foxhunt_ray.local` or `foxhunt_ray.job` (it holds config.json and checkpoints/), or OUT/latest"
-        ) from None
+        raise missing_config(run_dir) from None
     except OSError as err:
         raise RunFolderError(f"{path} is unreadable ({err.strerror or err}); check its permissions") from None
     try:
