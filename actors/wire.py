@@ -30,7 +30,7 @@ from typing import Annotated
 import msgpack
 import numpy as np
 
-from lobsim_env.validation import InputError, Int, field_errors
+from lobsim_env.validation import InputError, Int, Number, field_errors
 
 WIRE_VERSION = 2
 """Bump on any change of keys, dtypes, layout or meaning; a decoder refuses every other version."""
@@ -76,14 +76,27 @@ class WireError(InputError):
     """A payload that cannot be encoded or decoded; the message names the problem and the fix."""
 
 
+MAX_BAD_IN_A_ROW = 64
+"""A run ends (exit 1, summary 'error') after this many rollout payloads in a row were bad or refused..."""
+MAX_BAD_SECONDS = 120.0
+"""...or when bad ones have kept arriving for this many seconds without a good one (docs/input-limits.md)."""
+
+
 @dataclass(kw_only=True, frozen=True)
 class WireLimits:
-    """Upper bounds a decoder enforces before it allocates anything."""
+    """Upper bounds a decoder enforces before it allocates anything, and how long a PayloadDecoder takes bad
+    payloads before it says the run is starved. Not part of a run's config (nor of its checkpoints): the driver
+    always uses these defaults; a test, or code that builds a LearnerWorker itself, passes its own
+    (`LearnerWorker(limits=...)`), e.g. a starvation window of seconds instead of minutes."""
 
     max_payload_bytes: Annotated[int, Int(ge=1)] = 512 * 2**20
     """Largest accepted payload (512 MiB); a batch of T=64, B=4096, D=32 is about 40 MiB."""
     max_elements: Annotated[int, Int(ge=1)] = 128 * 2**20
     """Largest element count of any one array."""
+    max_bad_in_a_row: Annotated[int, Int(ge=1)] = MAX_BAD_IN_A_ROW
+    """PayloadDecoder.starved: this many bad or refused payloads in a row end the run..."""
+    max_bad_seconds: Annotated[float, Number(gt=0, why="seconds")] = MAX_BAD_SECONDS
+    """...as do bad ones arriving for this long without a good one (at least two of them)."""
 
     def errors(self) -> list[str]:
         """Every problem as 'wire.field=value must ...'; empty when the limits are usable."""
@@ -300,10 +313,6 @@ def split(decoded: dict) -> tuple[dict, dict]:
     return learner_batch, meta
 
 
-MAX_BAD_IN_A_ROW = 64
-"""A run ends (exit 1, summary 'error') after this many rollout payloads in a row were bad or refused..."""
-MAX_BAD_SECONDS = 120.0
-"""...or when bad ones have kept arriving for this many seconds without a good one (docs/input-limits.md)."""
 _NUMBERS = re.compile(r"-?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
 
 
@@ -313,7 +322,8 @@ class PayloadDecoder:
     Each distinct fault (its message with the numbers taken out) is logged once in full, then again only at its
     10th, 100th, ... occurrence: a worker that sends nothing but bad payloads does not flood the log. `good()`
     (the learner trained on a payload) ends a streak of bad ones; `starved()` says when a streak has gone on too
-    long for the run to go on (MAX_BAD_IN_A_ROW, MAX_BAD_SECONDS)."""
+    long for the run to go on (limits.max_bad_in_a_row, limits.max_bad_seconds: MAX_BAD_IN_A_ROW and
+    MAX_BAD_SECONDS by default)."""
 
     def __init__(self, *, limits: WireLimits = DEFAULT_LIMITS, log: logging.Logger | None = None):
         if errs := limits.errors():
@@ -358,12 +368,14 @@ class PayloadDecoder:
         self.bad_in_a_row, self.bad_since = 0, None
 
     def starved(
-        self, *, max_in_a_row: int = MAX_BAD_IN_A_ROW, max_seconds: float = MAX_BAD_SECONDS, now: float | None = None
+        self, *, max_in_a_row: int | None = None, max_seconds: float | None = None, now: float | None = None
     ) -> str | None:
         """Why the run cannot go on (every recent payload bad), or None: the message names the streak and each
-        distinct fault with its count."""
+        distinct fault with its count. The bounds default to this decoder's limits."""
         if not self.bad_in_a_row:
             return None
+        max_in_a_row = self.limits.max_bad_in_a_row if max_in_a_row is None else max_in_a_row
+        max_seconds = self.limits.max_bad_seconds if max_seconds is None else max_seconds
         waited = (time.monotonic() if now is None else now) - (self.bad_since or 0.0)
         if self.bad_in_a_row < max_in_a_row and (self.bad_in_a_row < 2 or waited < max_seconds):
             return None

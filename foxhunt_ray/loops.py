@@ -369,7 +369,7 @@ class _Drive:
         idle: list[int] = []
         calls: list[tuple] = []  # (answer ref, payloads in it), in submission order
         learner_step = broadcast_at = plan.resume_step
-        lost_in_a_row, code = 0, None
+        lost_in_a_row, code, starved = 0, None, None
         self.start = time.monotonic()
 
         def waiting() -> int:
@@ -409,7 +409,7 @@ class _Drive:
                     if lost_in_a_row > MAX_LOST_IN_A_ROW:
                         raise RuntimeError(f"{lost_in_a_row} samples lost in a row: {why}")
                 if answer.get("starved") and not answer.get("after_end"):
-                    code = _starved(monitor, self.progress, answer["starved"])
+                    starved = answer["starved"]  # the run ends once the learner's queued steps are recorded
                     ray.get([c for c, _ in calls])  # let the queued calls finish before the learner checkpoints
                     break
                 if answer.get("after_end") or not answer["n"]:
@@ -445,6 +445,8 @@ class _Drive:
             if answer.get("n"):
                 monitor.last = answer["record"]
                 code = _report(monitor, self.progress, answer["decision"])
+        if code is None and starved is not None:  # after the last good payload's lines (train(wait=False) held them)
+            code = _starved(monitor, self.progress, starved)
         self.end = time.monotonic()
         ray.get(monitor.keep_checkpoint(learner.checkpoint.remote()))
         return code if code is not None else monitor.finish("done")

@@ -1,13 +1,15 @@
-"""Issue 14, class 4 in Ray mode (docs/faults.md): every rollout payload bad, and a full disk, end the run with
-exit 1, one message and summary.json 'error', as tests/test_faults.py and tests/test_input_limits.py prove in
-serial mode.
+"""Issue 14, class 4 in Ray mode (docs/faults.md): every rollout payload bad, bad payloads for the starvation
+window, and a full disk, end the run with exit 1, one message and summary.json 'error'; a few payloads refused
+mid-run are counted and the run goes on; as tests/test_faults.py and tests/test_input_limits.py prove in serial
+mode.
 
 A monkeypatch in this process does not reach an actor's process, so the faults travel with the actor's class:
 the test swaps `foxhunt_ray.remote`'s RolloutWorker or RayMonitor for a subclass made inside a function (so Ray
 ships it by value, not by an import path the worker lacks), and that class makes the fault in the actor's own
 process: a rollout actor whose payloads are corrupted on the way out (the actor validated them before), a
-monitor actor whose disk fills (os.write writes half a line, then ENOSPC) or whose process may write no more
-than a set size (RLIMIT_FSIZE: the kernel writes half a checkpoint, then EFBIG)."""
+learner actor with a starvation window of seconds (WireLimits.max_bad_seconds), a monitor actor whose disk fills
+(os.write writes half a line, then ENOSPC) or whose process may write no more than a set size (RLIMIT_FSIZE: the
+kernel writes half a checkpoint, then EFBIG)."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import errno
 import json
 import os
 import re
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -121,6 +124,12 @@ def learner_log_lines(ray) -> list[str]:
     return found
 
 
+def learner_log_text(ray) -> str:
+    """Everything the Ray workers wrote to their stderr files (the learner actor's log among them)."""
+    logs = Path(ray._private.worker._global_node.get_logs_dir_path())
+    return "".join(path.read_text(errors="replace") for path in logs.glob("worker-*.err"))
+
+
 def test_ray_run_whose_every_payload_is_bad_ends_with_the_faults_counted(tmp_path, ray_loopback, monkeypatch, capsys):
     """main: the Ray loop sampled forever with no update. Now the learner actor counts each bad or refused payload,
     says it is starved after 64 in a row, and the driver ends the run: exit 1, one line naming each fault and its
@@ -142,6 +151,67 @@ def test_ray_run_whose_every_payload_is_bad_ends_with_the_faults_counted(tmp_pat
     assert steps(run_dir) == []
     logged = learner_log_lines(ray_loopback)
     assert len(kinds) <= len(logged) <= 2 * len(kinds), logged
+
+
+# ------------------------------------------------------------------------ bad payloads for the starvation window
+
+
+def rollout_worker_gone_bad(*, good: int, delay_s: float):
+    """A RolloutWorker whose first `good` samples are good; every later one takes delay_s longer and arrives cut
+    short: fewer bad payloads than MAX_BAD_IN_A_ROW reach the learner in a window of a few seconds."""
+    import time
+
+    from actors.rollout import RolloutWorker
+
+    class GoneBadRolloutWorker(RolloutWorker):
+        sent = 0
+
+        def sample(self, n_steps=None):
+            payload = super().sample(n_steps)
+            self.sent += 1
+            if self.sent <= good:
+                return payload
+            time.sleep(delay_s)
+            return payload[:-8]
+
+    return GoneBadRolloutWorker
+
+
+def learner_with_a_starvation_window(seconds: float):
+    """A RayLearnerWorker whose PayloadDecoder says the run is starved after `seconds` of bad payloads instead of
+    MAX_BAD_SECONDS (WireLimits.max_bad_seconds: the learner's own argument, not the run's config)."""
+    from foxhunt_ray.remote import RayLearnerWorker
+
+    class ShortWindowLearner(RayLearnerWorker):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **{**kwargs, "limits": wire.WireLimits(max_bad_seconds=seconds)})
+
+    return ShortWindowLearner
+
+
+def test_ray_run_fed_only_bad_payloads_for_the_starvation_window_ends(tmp_path, ray_loopback, monkeypatch, capsys):
+    """Two rollout actors send 5 good payloads each, then only bad ones, slowly (0.2 s each): after the learner's
+    starvation window (3 s here, WireLimits.max_bad_seconds; 120 s by default) the run ends as the serial path
+    ends it: exit 1, one error line naming the streak and the window, summary 'error'. Nothing the learner trained
+    on is lost: diag.jsonl holds steps 1..10, every good payload's step (main: the last one's lines stayed queued in
+    the learner actor, so diag.jsonl ended at 9 while the final checkpoint was at 10), the final checkpoint is at
+    10, and once the rollout side is fixed a resume continues the run to its end."""
+    monkeypatch.setattr(remote, "RolloutWorker", rollout_worker_gone_bad(good=5, delay_s=0.2))
+    monkeypatch.setattr(remote, "RayLearnerWorker", learner_with_a_starvation_window(3.0))
+    code, run_dir = run(tmp_path, "--steps", "100", "--rollout-workers", "2", "--time-limit-s", "60")
+    message, err = one_message(capsys, "no good rollout payload in the last")
+    assert code == 1
+    assert "s; the run ends after 64 in a row or 3 s): " in message and "bad rollout payload" in message
+    streak = int(re.search(r"in the last (\d+) \((\d+) s;", message).group(1))
+    assert 2 <= streak < wire.MAX_BAD_IN_A_ROW  # the window ended it, not the count
+    s = summary(run_dir)
+    assert s["status"] == "error" and s["exit_code"] == 1 and f"error: {s['message']}\n" in err
+    assert steps(run_dir) == list(range(1, 11)) and s["step"] == 10
+    assert checkpoint_steps(run_dir)[-1] == 10
+    no_tmp(run_dir)
+    monkeypatch.undo()
+    assert driver.main(["--resume", str(run_dir), "--quiet", "--steps", "20"]) == 0
+    assert steps(run_dir) == list(range(1, 21)) and summary(run_dir)["status"] == "done"
 
 
 # ------------------------------------------------------------------------ a full disk in the monitor actor
@@ -231,3 +301,64 @@ def test_ray_file_size_limit_while_the_monitor_writes_a_checkpoint(tmp_path, ray
     s = summary(run_dir)
     assert s["status"] == "error" and s["exit_code"] == 1 and s["step"] == len(done)
     assert f"the run stopped after update {len(done)};" in message and f"--resume {run_dir}" in message
+
+
+# ------------------------------------------------------------------------ a few payloads refused mid-run
+
+
+def refusing_rollout_worker(*, refuse_at: tuple[int, ...], narrow_at: tuple[int, ...]):
+    """A RolloutWorker whose samples numbered refuse_at (1 = its first) hold an action the market lacks and those
+    numbered narrow_at an observation one column narrower than the env's: both decode, the learner refuses them."""
+    import numpy as np
+
+    from actors.rollout import RolloutWorker
+
+    class RefusingRolloutWorker(RolloutWorker):
+        sent = 0
+
+        def sample(self, n_steps=None):
+            payload = super().sample(n_steps)
+            self.sent += 1
+            if self.sent not in refuse_at + narrow_at:
+                return payload
+            batch = wire.decode(bytes(payload))
+            batch = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in batch.items()}
+            batch.pop("wire_version")
+            if self.sent in refuse_at:
+                batch["actions"][0, 0] = 99
+            else:
+                batch["obs"] = np.ascontiguousarray(batch["obs"][..., :-1])
+            return wire.encode(batch)
+
+    return RefusingRolloutWorker
+
+
+def test_ray_payloads_refused_mid_run_are_counted_and_the_run_goes_on(tmp_path, ray_loopback, monkeypatch, capsys):
+    """Each of two rollout actors sends good payloads, then one with an action out of range (its 4th sample) and
+    one with an observation of another width (its 6th), then good ones again: the learner actor counts and skips
+    the four, the run ends 'done' at its --steps with every diag line 1..30 whole, bad_payloads = 4 on the last
+    line, in summary.json and in the final checkpoint, each kind of fault logged once, and no error line."""
+    from actors.checkpoints import read_checkpoint
+
+    logged_before = Counter(learner_log_lines(ray_loopback))  # other tests' actors logged there too
+    monkeypatch.setattr(remote, "RolloutWorker", refusing_rollout_worker(refuse_at=(4,), narrow_at=(6,)))
+    code, run_dir = run(tmp_path, "--steps", "30", "--rollout-workers", "2", "--checkpoint-every", "10")
+    err = capsys.readouterr().err
+    assert code == 0 and "Traceback" not in err and "error:" not in err, err[-3000:]
+    s = summary(run_dir)
+    assert s["status"] == "done" and s["exit_code"] == 0 and s["step"] == 30
+    assert steps(run_dir) == list(range(1, 31))
+    lines = [json.loads(x) for x in (run_dir / "diag.jsonl").read_text().splitlines()]
+    counts = [r["bad_payloads"] for r in lines]
+    assert counts == sorted(counts) and counts[0] == 0 and counts[-1] == 4  # each refusal counted once, in order
+    assert s["last"]["bad_payloads"] == 4
+    kept = checkpoint_steps(run_dir)
+    assert kept[-1] == 30 and len(kept) == 2
+    for step in kept:  # whole and loadable; the last one carries the count into a resume
+        state = read_checkpoint(run_dir / "checkpoints" / f"ckpt_{step:08d}.pt")
+        assert state["step"] == step
+    assert state["bad_payloads"] == 4
+    logged = list((Counter(learner_log_lines(ray_loopback)) - logged_before).elements())
+    assert len(logged) == 2 and all("refused by the learner" in x for x in logged), logged  # each kind once
+    text = learner_log_text(ray_loopback)
+    assert "batch['actions'] on valid steps must lie in [0, " in text and "batch['obs'].shape=(17, 4, " in text
