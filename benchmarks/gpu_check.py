@@ -4,6 +4,8 @@
     python benchmarks/gpu_check.py sanitize               # each op fwd+bwd once at B=128 (under compute-sanitizer)
     python benchmarks/gpu_check.py ops     --json F       # per-op time: kernels vs eager vs compiled reference
     python benchmarks/gpu_check.py learner --json F       # full Learner.update: graph / cuda / eager / compile modes
+    python benchmarks/gpu_check.py update  --json F       # the captured update: kernels vs reference ops, fp32/TF32
+    python benchmarks/gpu_check.py kernels --json F       # what one captured update's kernels are, by name and group
 
 The numbers are tests, skipped without CUDA: the kernels (every op against the float64 reference, gradients,
 opcheck) in tests/test_kernels_cuda.py, on the shared harness in tests/kernel_checks.py, which `sanitize` runs
@@ -272,6 +274,101 @@ def run_update(device: str, json_path: str | None, preset_name: str, reps: int) 
         Path(json_path).write_text(json.dumps(report, indent=1))
 
 
+KERNEL_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    (
+        "custom",
+        (
+            "foxhunt",
+            "c51_project",
+            "dueling_",
+            "ensemble_q",
+            "gae_kernel",
+            "iqn_head",
+            "iqn_rows",
+            "mean_kernel",
+            "nstep_returns",
+            "replay_write",
+            "soft_update",
+        ),
+    ),
+    ("matmul", ("gemm", "cutlass", "xmma", "cublas", "sm90_", "splitk")),
+    ("optimizer", ("adam", "multi_tensor", "foreach")),
+    ("reduce", ("reduce",)),
+    ("memcpy", ("memcpy", "memset")),
+    ("elementwise", ("elementwise", "vectorized", "unrolled", "index", "scatter", "gather", "where", "cat")),
+)
+"""Kernel name fragments -> the group `kernels` counts them in (first match wins; else 'other')."""
+
+
+def kernel_group(name: str) -> str:
+    low = name.lower()
+    return next((g for g, keys in KERNEL_GROUPS if any(k in low for k in keys)), "other")
+
+
+def run_kernel_profile(device: str, json_path: str | None, preset_name: str, reps: int) -> None:
+    """Issue 12, part 3: where one captured update's GPU time goes. For T x B = 8 x 128 and 64 x 128 (q_batch
+    1024, float32 matmuls), custom kernels and reference ops: every kernel of `reps` graph replays under
+    torch.profiler, as kernels and microseconds per replay, by group (KERNEL_GROUPS) and by name (the top 40)."""
+    import dataclasses
+
+    from foxhunt_ray.presets import preset
+    from learner.learner import Learner
+
+    if device != "cuda":
+        raise SystemExit("gpu_check.py kernels profiles the captured CUDA graph: run it on a CUDA device")
+    obs_dim, n_actions = 64, 9
+    report: dict = {"preset": preset_name, "q_batch": 1024, "reps": reps, "rows": []}
+    for T, B in ((8, 128), (64, 128)):
+        batches = [torch_rollout(T, B, obs_dim, n_actions, seed=s) for s in range(4)]
+        for backend in ("cuda", "reference"):
+            ops.set_backend(backend)
+            cfg = dataclasses.replace(preset(preset_name), q_batch_size=1024, replay_min_size=1024)
+            lrn = Learner(cfg, obs_dim=obs_dim, n_actions=n_actions, device=device, seed=0)
+            for i in range(6):
+                lrn.update(batches[i % 4])
+            st = lrn.graph.shapes[(T, B)]
+            torch.cuda.synchronize()
+            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+                for _ in range(reps):
+                    st.graph.replay()
+                torch.cuda.synchronize()
+            by_name: dict[str, list[float]] = {}
+            for e in prof.events():
+                if e.device_type == torch.autograd.DeviceType.CUDA:
+                    n_us = by_name.setdefault(e.name, [0.0, 0.0])
+                    n_us[0] += 1 / reps
+                    n_us[1] += e.device_time_total / reps
+            groups: dict[str, list[float]] = {}
+            for name, (n, us) in by_name.items():
+                g = groups.setdefault(kernel_group(name), [0.0, 0.0])
+                g[0] += n
+                g[1] += us
+            top = sorted(by_name.items(), key=lambda kv: -kv[1][1])[:40]
+            row = {
+                "T": T,
+                "B": B,
+                "ops": backend,
+                "kernels": round(sum(n for n, _ in by_name.values()), 1),
+                "kernel_us": round(sum(us for _, us in by_name.values()), 1),
+                "groups": {g: {"kernels": round(n, 1), "us": round(us, 1)} for g, (n, us) in sorted(groups.items())},
+                "top": [
+                    {"name": k[:160], "group": kernel_group(k), "n": round(n, 2), "us": round(us, 2)}
+                    for k, (n, us) in top
+                ],
+            }
+            report["rows"].append(row)
+            print(f"{T}x{B} {backend}: {row['kernels']} kernels, {row['kernel_us']} us per replay", flush=True)
+            for g, v in row["groups"].items():
+                print(f"  {g:<12}{v['kernels']:>8.1f}{v['us']:>10.1f} us", flush=True)
+            for t in row["top"][:25]:
+                print(f"    {t['us']:>8.1f} us {t['n']:>6.1f}x  [{t['group']}] {t['name'][:110]}", flush=True)
+            del lrn, st
+            torch.cuda.empty_cache()
+    ops.set_backend("cuda")
+    if json_path:
+        Path(json_path).write_text(json.dumps(report, indent=1))
+
+
 def run_learner(device: str, json_path: str | None, preset_name: str, T: int, B: int, reps: int) -> None:
     import dataclasses
 
@@ -492,9 +589,7 @@ def count_floor(learner, batch, ceilings) -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument(
-        "stage", choices=["build", "sanitize", "ops", "learner", "update"]
-    )
+    parser.add_argument("stage", choices=["build", "sanitize", "ops", "learner", "update", "kernels"])
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--json")
     parser.add_argument("--preset", default="phase4_3")
@@ -516,6 +611,8 @@ def main() -> int:
         run_ops(args.device, args.json)
     elif args.stage == "update":
         run_update(args.device, args.json, args.preset, args.reps)
+    elif args.stage == "kernels":
+        run_kernel_profile(args.device, args.json, args.preset, min(args.reps, 20))
     elif args.stage == "learner":
         run_learner(args.device, args.json, args.preset, args.T, args.B, args.reps)
     return 0
