@@ -189,6 +189,14 @@ def run_ops(device: str, json_path: str | None) -> None:
         Path(json_path).write_text(json.dumps({"ceilings": ceilings, "ops": rows}, indent=1))
 
 
+def market_shapes(preset_name: str) -> tuple[int, int]:
+    """(obs_dim, n_actions) of the preset's own market: the learner is timed at the shapes it trains at."""
+    from foxhunt_ray.presets import run_preset
+    from lobsim_env.market import N_ACTIONS, obs_size
+
+    return obs_size(run_preset(preset_name).market), N_ACTIONS
+
+
 def run_update(device: str, json_path: str | None, preset_name: str, reps: int) -> None:
     """Issue 12, part 3: one learner update at T x B = 8 x 128 and 64 x 128 (q_batch 1024), the custom kernels
     against the reference ops inside the same CUDA graph, each with float32 and TF32 matmuls.
@@ -203,7 +211,7 @@ def run_update(device: str, json_path: str | None, preset_name: str, reps: int) 
     from learner.learner import Learner
     from learner.replay import BATCH_DTYPES, rollout_from_batch
 
-    obs_dim, n_actions = 64, 9
+    obs_dim, n_actions = market_shapes(preset_name)
     report: dict = {"preset": preset_name, "q_batch": 1024, "obs_dim": obs_dim, "n_actions": n_actions, "rows": []}
     for T, B in ((8, 128), (64, 128)):
         batches = [torch_rollout(T, B, obs_dim, n_actions, seed=s) for s in range(4)]
@@ -316,7 +324,7 @@ def run_kernel_profile(device: str, json_path: str | None, preset_name: str, rep
 
     if device != "cuda":
         raise SystemExit("gpu_check.py kernels profiles the captured CUDA graph: run it on a CUDA device")
-    obs_dim, n_actions = 64, 9
+    obs_dim, n_actions = market_shapes(preset_name)
     report: dict = {"preset": preset_name, "q_batch": 1024, "reps": reps, "rows": []}
     for T, B in ((8, 128), (64, 128)):
         batches = [torch_rollout(T, B, obs_dim, n_actions, seed=s) for s in range(4)]
@@ -375,7 +383,7 @@ def run_learner(device: str, json_path: str | None, preset_name: str, T: int, B:
     from foxhunt_ray.presets import preset
     from learner.learner import Learner
 
-    obs_dim, n_actions = 64, 9
+    obs_dim, n_actions = market_shapes(preset_name)
     cfg = dataclasses.replace(preset(preset_name), q_batch_size=1024, replay_min_size=1024)
     batches = [torch_rollout(T, B, obs_dim, n_actions, seed=s) for s in range(4)]
     if device == "cuda":  # the rollout arrives from actors on the host; pinned like the learner actor's queue

@@ -242,10 +242,12 @@ def check_size(cfg: dict, dtype, device, seed: int, results: list) -> None:
     results.append({"op": "all", "what": "bitwise_repeat", "dtype": str(dtype), **cfg, "ok": bool(same)})
 
 
-SIZES = [  # a one-row edge, the learner's shapes (B = 128, 1024), odd sizes past every tile, a wide batch
+SIZES = [  # a one-row edge, the learner's shapes (B = 128, 1024), odd sizes past every tile, a wide batch, and the
+    # market's seven actions with H past one warp of iqn_head packs, taus not a multiple of 4, B not of 8
     {"B": 1, "H": 37, "N": 2, "Z": 2, "T": 1, "T2": 3, "steps": 1},
     {"B": 128, "H": 512, "N": 9, "Z": 51, "T": 32, "T2": 32, "steps": 16},
     {"B": 1024, "H": 512, "N": 9, "Z": 51, "T": 32, "T2": 32, "steps": 64},
     {"B": 333, "H": 1000, "N": 70, "Z": 1100, "T": 300, "T2": 200, "steps": 5},
     {"B": 4096, "H": 512, "N": 3, "Z": 101, "T": 64, "T2": 64, "steps": 128},
+    {"B": 33, "H": 132, "N": 7, "Z": 11, "T": 5, "T2": 3, "steps": 3},
 ]

@@ -1,6 +1,6 @@
 """The CUDA kernels against the float64 reference (skipped without a CUDA device, as extension-cpp's tests are).
 
-Every op forward and backward at the five sizes of tests/kernel_checks.SIZES in float32 and float64, outputs
+Every op forward and backward at the six sizes of tests/kernel_checks.SIZES in float32 and float64, outputs
 poisoned with NaN first, bitwise repeats; `torch.library.opcheck` on every op on CUDA; a bad input's message.
 The extension is built with `learner.ops.set_backend("cuda")`, so a kernel that does not build fails here
 rather than skipping. FOXHUNT_REQUIRE_CUDA=1 turns the skip into a failure (benchmarks/gpu_check.sh sets it:
@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from learner import ops
-from learner.ops import library
+from learner.ops import library, reference
 from tests.kernel_checks import F32, F64, SIZES, TOL, check_size
 from tests.test_ops_library import sample_inputs
 
@@ -81,6 +81,42 @@ def test_opcheck_on_cuda(kernels, name, dtype):
     """Schema, fake impl, autograd registration and AOT dispatch of the CUDA implementation."""
     args = sample_inputs(dtype, rows=7, seed=11, requires_grad=True, device="cuda")[name]
     torch.library.opcheck(getattr(torch.ops.foxhunt, name).default, args)
+
+
+@needs_cuda
+@DTYPES
+def test_iqn_head_off_the_pack_boundary(kernels, dtype):
+    """iqn_head moves packs of up to 16 bytes of hidden units when H and every pointer allow it; inputs that start
+    one element past a pack boundary (views into a larger buffer) take the one-element path and give the same
+    numbers, forward and backward, as aligned inputs and the float64 reference (the market's 7 actions and 3). W_out
+    and b_out off the boundary alone keep the packed path (the forward stages W_out in shared memory)."""
+    g = torch.Generator(device="cuda").manual_seed(12)
+    for n_actions in (7, 3):
+        x = [
+            torch.randn(*shape, generator=g, dtype=F64, device="cuda")
+            for shape in ((33, 64), (33, 5, 64), (n_actions, 64), (n_actions,))
+        ]
+        grad = torch.randn(33, 5, n_actions, generator=g, dtype=F64, device="cuda")
+
+        def off_by_one(v: torch.Tensor) -> torch.Tensor:
+            out = torch.empty(v.numel() + 1, dtype=dtype, device="cuda")[1:].view(v.shape)
+            out.copy_(v.detach())
+            assert out.data_ptr() % 16 != 0
+            return out.requires_grad_()
+
+        exact = [v.clone().requires_grad_() for v in x]
+        want = reference.iqn_head(*exact)
+        want_g = torch.autograd.grad(want, exact, grad)
+        aligned = [v.detach().to(dtype).clone().requires_grad_() for v in x]
+        # all four off the boundary; only w_out and b_out, as the learner's are (views into its flat parameters)
+        every = [off_by_one(v) for v in x]
+        weights = [*aligned[:2], off_by_one(x[2]), off_by_one(x[3])]
+        for inputs in (every, weights, aligned):
+            got = ops.iqn_head(*inputs)
+            got_g = torch.autograd.grad(got, inputs, grad.to(dtype))
+            assert (got.double() - want).norm() <= TOL[dtype] * want.norm(), (dtype, n_actions)
+            for g_got, g_want in zip(got_g, want_g, strict=True):
+                assert (g_got.double() - g_want).norm() <= TOL[dtype] * g_want.norm(), (dtype, n_actions, g_got.shape)
 
 
 @needs_cuda
