@@ -56,6 +56,9 @@ from lobsim_env.validation import InputError
 DEFAULT_EPISODES = 64
 AGENT = "agent"
 HEADS = ("pi", "q")
+WEIGHTS = ("online", "target")
+"""online: the parameters the learner trains; target: their Polyak average (learner.polyak_tau per update), the
+network the learner bootstraps from."""
 """The agent acts greedily on: pi (argmax of the policy logits, what the rollout actors sample from) or q
 (argmax of q_ens, the ensemble Q the policy is distilled from)."""
 METRIC_KEYS = (
@@ -143,12 +146,15 @@ def _another(path: Path) -> str:
     return f"evaluate another one with --checkpoint STEP (this run keeps steps {kept})"
 
 
-def load_agent(path: Path, run: RunConfig, *, obs_dim: int, n_actions: int, head: str = "pi") -> tuple[Policy, int]:
+def load_agent(
+    path: Path, run: RunConfig, *, obs_dim: int, n_actions: int, head: str = "pi", weights: str = "online"
+) -> tuple[Policy, int]:
     """The checkpoint's network as a greedy baselines-style policy, and its learner step.
 
     Only what acting needs is built: the main network (encoder, C51, IQN, pi, V) from the run's config.json,
     its flat parameters copied in (learner.network.main_net: the network the Learner of that config builds);
-    for head 'pi' the encoder + pi as the rollout actors' PolicyNet.
+    for head 'pi' the encoder + pi as the rollout actors' PolicyNet. weights 'target': the checkpoint's target
+    network (main.target_flat, the Polyak average of the trained parameters) instead of the trained ones.
     """
     step, learner = _read_checkpoint(path)
     cfg = run.learner
@@ -173,12 +179,13 @@ def load_agent(path: Path, run: RunConfig, *, obs_dim: int, n_actions: int, head
         net = main_net(cfg, obs_dim, n_actions)
     flat, _ = flatten_parameters_(net)
     main = learner.get("main")
-    saved = main.get("flat") if isinstance(main, dict) else None
+    key = "target_flat" if weights == "target" else "flat"
+    saved = main.get(key) if isinstance(main, dict) else None
     if not torch.is_tensor(saved) or not saved.is_floating_point():
-        raise EvaluationError(f"{path} holds no learner main.flat parameters (damaged?); {_another(path)}")
+        raise EvaluationError(f"{path} holds no learner main.{key} parameters (damaged?); {_another(path)}")
     if tuple(saved.shape) != tuple(flat.shape):
         raise EvaluationError(
-            f"{path} main.flat has {tuple(saved.shape)} parameters, the network of config.json (hidden_dim="
+            f"{path} main.{key} has {tuple(saved.shape)} parameters, the network of config.json (hidden_dim="
             f"{cfg.hidden_dim}, encoder_layers={cfg.encoder_layers}, n_atoms={cfg.n_atoms}, obs_dim={obs_dim}) "
             f"has {tuple(flat.shape)}: the checkpoint does not belong to this config; {_another(path)}"
         )
@@ -270,7 +277,7 @@ def _spaces(market: MarketConfig) -> tuple[int, int, dict[str, Any] | None]:
     return int(env.single_observation_space.shape[0]), int(env.single_action_space.n), replayed
 
 
-def _check_options(episodes: Any, seed: Any, fold: Any, horizon: Any, head: Any) -> None:
+def _check_options(episodes: Any, seed: Any, fold: Any, horizon: Any, head: Any, weights: Any = "online") -> None:
     errs = []
     if isinstance(episodes, bool) or not isinstance(episodes, int) or not 1 <= episodes <= HELDOUT_FOLD_STRIDE:
         errs.append(f"--episodes={episodes!r} must be an int in 1..{HELDOUT_FOLD_STRIDE} (one book per episode)")
@@ -282,6 +289,8 @@ def _check_options(episodes: Any, seed: Any, fold: Any, horizon: Any, head: Any)
         errs.append(f"--horizon={horizon!r} must be an int >= 1 (or leave it out: the run's market.horizon)")
     if head not in HEADS:
         errs.append(f"--policy={head!r} must be one of {list(HEADS)}")
+    if weights not in WEIGHTS:
+        errs.append(f"--weights={weights!r} must be one of {list(WEIGHTS)}")
     if errs:
         raise EvaluationError("; ".join(errs))
 
@@ -296,6 +305,7 @@ def evaluate_run(
     lobster_path: str | Path | None = None,
     horizon: int | None = None,
     head: str = "pi",
+    weights: str = "online",
     out: str | Path | None = None,
     write: bool = True,
     progress: Callable[[str], None] | None = None,
@@ -305,16 +315,17 @@ def evaluate_run(
     checkpoint: None (the newest), a learner step or a path. seed: book 0's seed (default: the fold's
     held-out seed, heldout_seed(fold), fold defaulting to the run's). lobster_path: play windows of that
     LOBSTER day instead of synthetic days. horizon: steps per episode (default the run's). head: 'pi' or 'q'.
+    weights: 'online' (the trained parameters) or 'target' (their Polyak average).
     When `write`, keeps the result as its own record RUN_DIR/evaluations/<record_name> (and, synthetic, its copy
     RUN_DIR/evaluation.json), or writes it to `out` alone; returns it. Raises EvaluationError on bad input, before
     anything is written.
     """
-    _check_options(episodes, seed, fold, horizon, head)
+    _check_options(episodes, seed, fold, horizon, head, weights)
     if is_uri(str(run_dir)):
         return _evaluate_stored(
             str(run_dir),
             dict(checkpoint=checkpoint, episodes=episodes, seed=seed, fold=fold, lobster_path=lobster_path),
-            dict(horizon=horizon, head=head, progress=progress),
+            dict(horizon=horizon, head=head, weights=weights, progress=progress),
             out=out,
             write=write,
         )
@@ -325,7 +336,7 @@ def evaluate_run(
     eval_seed = heldout_seed(fold) if seed is None else seed
     market, kind = evaluation_market(run, lobster_path, horizon)
     obs_dim, n_actions, replayed = _spaces(market)
-    agent, step = load_agent(ckpt, run, obs_dim=obs_dim, n_actions=n_actions, head=head)
+    agent, step = load_agent(ckpt, run, obs_dim=obs_dim, n_actions=n_actions, head=head, weights=weights)
     held_out = True
     if kind == SYNTHETIC:
         last_step = max(step, driver.steps, *(s for s, _ in list_checkpoints(run_dir)))
@@ -370,6 +381,7 @@ def evaluate_run(
         "seed_origin": "heldout_seed(fold)" if seed is None else "--seed",
         "horizon": market.horizon,
         "policy_head": head,
+        "weights": weights,
         "run_code_sha": saved.get("code_sha"),
         "code_sha": provenance.code_sha(),
         "policies": results,
@@ -463,6 +475,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--horizon", type=int, default=None, help="steps per episode (default the run's market.horizon)")
     p.add_argument("--policy", choices=HEADS, default="pi", help="act greedily on pi (default) or on q_ens")
     p.add_argument(
+        "--weights",
+        choices=WEIGHTS,
+        default="online",
+        help="the trained parameters (online, default) or their Polyak average, the learner's target network",
+    )
+    p.add_argument(
         "--out",
         default=None,
         metavar="PATH",
@@ -491,6 +509,7 @@ def main(argv: list[str] | None = None) -> int:
             lobster_path=args.lobster,
             horizon=args.horizon,
             head=args.policy,
+            weights=args.weights,
             out=args.out,
             progress=None if args.quiet else progress,
         )
@@ -514,7 +533,8 @@ def describe(result: dict[str, Any]) -> str:
         episodes = f"market synthetic, {day_of(result)} day, {result['episodes']} episodes"
     text = (
         f"{result['run_dir']}: checkpoint {Path(result['checkpoint']).name} (step {result['checkpoint_step']}), "
-        f"greedy on {result['policy_head']}\n{episodes} x {result['horizon']} steps, books seeded "
+        f"greedy on {result['policy_head']}{' (target weights)' if result.get('weights') == 'target' else ''}"
+        f"\n{episodes} x {result['horizon']} steps, books seeded "
         f"{result['eval_seed']} + i\n" + format_table(result)
     )
     return text + (f"\ncaveat: {result['caveat']}" if result.get("caveat") else "")

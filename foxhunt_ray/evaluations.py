@@ -127,7 +127,8 @@ def caveat(record: dict[str, Any]) -> str | None:
 
 
 def record_name(record: dict[str, Any]) -> str:
-    """evaluations/<name>: '<market>-<fold K | file stem>-step<step>-<episodes>ep-h<horizon>-<head>[-seed<S>].json'."""
+    """evaluations/<name>: '<market>-<fold K | file stem>-step<step>-<episodes>ep-h<horizon>-<head>[-target][-seed<S>]
+    .json' (-target: the target network's weights)."""
     market = market_of(record)
     if market == LOBSTER:
         where = Path(lobster_file(record) or "day").stem
@@ -137,6 +138,8 @@ def record_name(record: dict[str, Any]) -> str:
         f"{market}-{where}-step{int(record['checkpoint_step']):08d}-{record['episodes']}ep-h{record['horizon']}-"
         f"{record.get('policy_head', 'pi')}"
     )
+    if record.get("weights", "online") == "target":
+        name += "-target"
     if record.get("seed_origin") == "--seed":
         name += f"-seed{record['eval_seed']}"
     return _UNSAFE.sub("_", name) + ".json"

@@ -14,12 +14,14 @@ from foxhunt_ray.evaluate import (
     AGENT,
     METRIC_KEYS,
     EvaluationError,
+    describe,
     evaluate_run,
     load_agent,
     load_run,
     main,
     training_overlap,
 )
+from foxhunt_ray.evaluations import record_name
 from learner.learner import Learner
 from learner.network import policy_from_weights
 from lobsim_env import Action, LobVectorEnv, MarketConfig
@@ -162,6 +164,38 @@ def test_a_named_checkpoint_is_used_and_acts_as_the_learner_would(run_dir):
                 q = learner.net.q_ens(h, learner.support, run.learner.ensemble_w, run.learner.iqn_taus)
             expected = q.argmax(-1).numpy()
         assert np.array_equal(agent(obs, env, rng), expected), head
+
+
+def test_target_weights_act_as_the_learner_s_target_network(run_dir, tmp_path):
+    """--weights target: the checkpoint's target network (main.target_flat), not the trained parameters. The
+    checkpoint's target is moved far from its trained weights first, so that the two act differently."""
+    run, _, _ = load_run(run_dir)
+    env = LobVectorEnv(256, run.market)
+    obs, _ = env.reset(seed=7)
+    doc = torch.load(run_dir / "checkpoints" / "ckpt_00000004.pt", weights_only=True)
+    main_sd = doc["learner"]["main"]
+    noise = torch.randn(main_sd["flat"].shape, generator=torch.Generator().manual_seed(3))
+    main_sd["target_flat"] = main_sd["flat"] + noise
+    ckpt = tmp_path / "ckpt_00000004.pt"
+    torch.save(doc, ckpt)
+    learner = Learner(run.learner, obs_dim=obs.shape[1], n_actions=len(Action))
+    learner.load_state_dict(doc["learner"])
+    with torch.no_grad():
+        learner.main.flat.copy_(learner.main.target_flat)  # this learner's trained weights := the target's
+    expected = policy_from_weights(learner.policy_weights()).act(obs, greedy=True)[0]
+    rng = np.random.default_rng(0)
+    target, step = load_agent(ckpt, run, obs_dim=obs.shape[1], n_actions=len(Action), weights="target")
+    online, _ = load_agent(ckpt, run, obs_dim=obs.shape[1], n_actions=len(Action))
+    assert step == 4
+    assert np.array_equal(target(obs, env, rng), expected)
+    assert not np.array_equal(online(obs, env, rng), expected)
+
+    result = evaluate_run(run_dir, checkpoint=4, episodes=EPISODES, weights="target", write=False)
+    assert result["weights"] == "target" and record_name(result).endswith("-pi-target.json")
+    assert "greedy on pi (target weights)" in describe(result)
+    assert evaluate_run(run_dir, checkpoint=4, episodes=EPISODES, write=False)["weights"] == "online"
+    with pytest.raises(EvaluationError, match=r"--weights='avg' must be one of \['online', 'target'\]"):
+        evaluate_run(run_dir, episodes=EPISODES, weights="avg", write=False)
 
 
 def test_the_command_prints_the_table_and_writes_the_file(run_dir, tmp_path, capsys):
