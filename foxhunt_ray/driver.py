@@ -209,6 +209,14 @@ def parse_args(argv: list[str] | None, prog: str, defaults: EntryDefaults | None
         metavar="S",
         help=f"stop starting updates after S seconds of training (0: none; default {budget})",
     )
+    p.add_argument(
+        "--sample-timeout-s",
+        type=float,
+        default=None,
+        metavar="S",
+        help="Ray mode: restart a rollout actor whose sample has not come back in S seconds "
+        f"(0: wait for ever; default {DriverConfig.sample_timeout_s:g})",
+    )
     p.add_argument("--inject-nan-at", type=int, default=None, metavar="STEP", help="test only: NaN loss at STEP")
     p.add_argument("--flip-distill-sign", action="store_true", help="test only: distil pi towards -Q")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
@@ -457,6 +465,7 @@ def _driver_flags(args: argparse.Namespace) -> dict:
         "checkpoint_interval_s",
         "max_payloads_waiting",
         "time_limit_s",
+        "sample_timeout_s",
     )
     flags = {n: getattr(args, n) for n in names if getattr(args, n) is not None}
     if getattr(args, "learner_resources", None) is not None:
@@ -503,7 +512,7 @@ def _resolve_resume(args: argparse.Namespace, sha: str) -> Plan:
         raise UsageError(
             f"--resume continues {run_dir} with its own config.json; drop {['--' + f.replace('_', '-') for f in fixed]}"
             " (only --steps, --rollout-workers, --broadcast-every, --checkpoint-every, --checkpoint-interval-s,"
-            " --max-payloads-waiting, --time-limit-s, --learner-resources, --serial may change)"
+            " --max-payloads-waiting, --time-limit-s, --sample-timeout-s, --learner-resources, --serial may change)"
         )
     try:
         record = read_config(run_dir, _driver_flags(args))

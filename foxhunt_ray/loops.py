@@ -333,13 +333,17 @@ def _catch_up(monitor: MonitorHandle) -> None:
 
 MAX_CALLS_IN_FLIGHT = 2  # one running on the learner, one queued: the learner never waits for the driver
 MAX_LOST_IN_A_ROW = 8
+STARTUP_GRACE_S = 600.0
+"""The wait for a rollout actor's first sample after it was (re)started, when --sample-timeout-s is shorter."""
 
 
 class _Drive:
     """The Ray loop. Each rollout actor has one sample in flight; finished samples wait in `ready` until the
     learner actor takes them, all at once, in a call (at most MAX_CALLS_IN_FLIGHT calls queued on it). A worker
     whose sample finishes while `drv.max_payloads_waiting` payloads already wait for the learner (ready or in a
-    call) idles until the learner catches up: that bounds the policy lag (docs/system.md, "Policy lag")."""
+    call) idles until the learner catches up: that bounds the policy lag (docs/system.md, "Policy lag"). A sample in
+    flight longer than `drv.sample_timeout_s` (STARTUP_GRACE_S for an actor's first) has its actor killed for Ray to
+    restart it (`_restart_silent`)."""
 
     def __init__(self, plan: Plan, monitor, progress: Progress, learner, hook: Hook | None):
         self.plan, self.monitor, self.progress, self.learner, self.hook = plan, monitor, progress, learner, hook
@@ -347,6 +351,8 @@ class _Drive:
         self.seconds = {"wait_s": 0.0, "dispatch_s": 0.0, "answers": 0.0}
         self.snapshots: list = []  # refs of the learner's timings at half the time limit and at the loop's end
         self.worker_timings: list = []  # refs of the rollout workers' timings, asked at the loop's end
+        self.restarts: dict[int, int] = {}  # rollout actor index -> kills for a sample past drv.sample_timeout_s
+        self.starting: set[int] = set()  # rollout actors that have returned no sample since they were (re)started
         self.start = time.monotonic()
         self.end: float | None = None
 
@@ -364,7 +370,16 @@ class _Drive:
         plan, drv, monitor, learner = self.plan, self.plan.driver, self.monitor, self.learner
         per_payload = steps_per_payload(plan)
         workers = self.workers
-        samples = {w.sample.remote(): i for i, w in enumerate(workers)}
+        samples: dict = {}  # a sample in flight -> its rollout actor's index
+        asked: dict = {}  # ... -> when it was asked (time.monotonic), for drv.sample_timeout_s
+
+        def ask(i: int) -> None:
+            ref = workers[i].sample.remote()
+            samples[ref], asked[ref] = i, time.monotonic()
+
+        self.starting = set(range(len(workers)))
+        for i in range(len(workers)):
+            ask(i)
         ready: list = []
         idle: list[int] = []
         calls: list[tuple] = []  # (answer ref, payloads in it), in submission order
@@ -377,8 +392,7 @@ class _Drive:
 
         def resume_idle() -> None:
             while idle and waiting() < drv.max_payloads_waiting:
-                i = idle.pop(0)
-                samples[workers[i].sample.remote()] = i
+                ask(idle.pop(0))
 
         while True:
             t0 = time.monotonic()
@@ -394,8 +408,13 @@ class _Drive:
             if not calls and not (more and samples):
                 break
             wait_on = ([*samples] if more else []) + [c for c, _ in calls[:1]]
-            (done,), _ = ray.wait(wait_on, num_returns=1)
+            found, _ = ray.wait(wait_on, num_returns=1, timeout=self._wait_timeout(samples if more else {}, asked))
             t1 = time.monotonic()
+            if not found:  # a sample past drv.sample_timeout_s, or the time limit reached: look again
+                self.seconds["wait_s"] += t1 - t0
+                self._restart_silent(samples, asked, t1)
+                continue
+            (done,) = found
             self.seconds["wait_s"] += t1 - t0
             if drv.time_limit_s and not self.snapshots and t1 - self.start >= drv.time_limit_s / 2:
                 self.snapshots.append(learner.timings.remote())  # queued behind the calls: no wait here
@@ -431,9 +450,11 @@ class _Drive:
                 resume_idle()
             else:
                 i = samples.pop(done)
+                asked.pop(done, None)
+                self.starting.discard(i)
                 ready.append(done)
                 if more and waiting() < drv.max_payloads_waiting:
-                    samples[workers[i].sample.remote()] = i
+                    ask(i)
                 else:
                     idle.append(i)
             self.seconds["dispatch_s"] += time.monotonic() - t1
@@ -450,6 +471,51 @@ class _Drive:
         self.end = time.monotonic()
         ray.get(monitor.keep_checkpoint(learner.checkpoint.remote()))
         return code if code is not None else monitor.finish("done")
+
+    def _deadline(self, asked_at: float, i: int) -> float:
+        """When a sample asked of rollout actor i at `asked_at` is overdue: drv.sample_timeout_s after it was asked,
+        or STARTUP_GRACE_S when the actor has not yet returned a sample since it was (re)started (its process
+        starting, torch importing, the cluster finding it a CPU are not a hang)."""
+        timeout = self.plan.driver.sample_timeout_s
+        return asked_at + (max(timeout, STARTUP_GRACE_S) if i in self.starting else timeout)
+
+    def _wait_timeout(self, samples: dict, asked: dict) -> float | None:
+        """Seconds ray.wait may block: until the first sample in flight is overdue (_deadline), or until the time
+        limit (so that the loop stops asking for samples then); None when neither applies."""
+        drv, now = self.plan.driver, time.monotonic()
+        ends = []
+        if drv.sample_timeout_s and samples:
+            ends.append(min(self._deadline(asked[ref], i) for ref, i in samples.items()))
+        if drv.time_limit_s and samples:
+            ends.append(self.start + drv.time_limit_s)
+        return max(0.0, min(ends) - now) + 0.01 if ends else None
+
+    def _restart_silent(self, samples: dict, asked: dict, now: float) -> None:
+        """Kills (for Ray to restart) every rollout actor whose sample is overdue (_deadline): alive but silent, it
+        would hold its share of the run for ever. Its sample is retried on the restarted actor
+        (remote.rollout_actor's max_task_retries); once its restarts are spent the sample fails and the learner
+        counts it lost."""
+        import ray
+
+        drv = self.plan.driver
+        if not drv.sample_timeout_s:
+            return
+        for ref, i in samples.items():
+            if now < self._deadline(asked[ref], i):
+                continue
+            self.restarts[i] = self.restarts.get(i, 0) + 1
+            self.progress.end_line()
+            waited = now - asked[ref]
+            print(
+                f"warning: rollout actor {i} returned no sample in {waited:.0f} s (hung, or waiting for resources: "
+                f"see `ray status`); killed for Ray to restart it (restart {self.restarts[i]} of at most "
+                f"{drv.max_worker_restarts}; --sample-timeout-s, {drv.sample_timeout_s:g} s, sets the wait)",
+                file=sys.stderr,
+                flush=True,
+            )
+            ray.kill(self.workers[i], no_restart=False)
+            asked[ref] = now  # the retried sample gets its own time, with the grace of a start
+            self.starting.add(i)
 
 
 def _starved(monitor: Monitor | MonitorHandle, progress: Progress, why: str) -> int:

@@ -49,6 +49,11 @@ class DriverConfig:
     exceed it waits for the learner. Bounds the policy lag (docs/system.md, "Policy lag")."""
     max_worker_restarts: Annotated[int, Int(ge=0)] = 3
     """Ray restarts of a rollout actor that died (its in-flight sample is retried on the new one)."""
+    sample_timeout_s: float = 300.0
+    """Ray mode: a rollout actor whose sample has not come back this many seconds after it was asked (hung: alive
+    but silent) is killed and restarted by Ray; the sample is retried on the new actor and the restart counts
+    against max_worker_restarts. 0: wait for ever. A healthy sample takes seconds at most, the first one with
+    the actor's start."""
     max_learner_restarts: Annotated[int, Int(ge=0)] = 3
     """Ray mode: times a learner actor that died (killed, out of memory) is replaced within the run, resuming from
     its newest checkpoint: diag.jsonl is cut back to that step and goes on from it, no gap and no duplicate."""
@@ -68,7 +73,7 @@ class DriverConfig:
                 f"driver.learner_resources={res!r} must be a JSON object of custom resource names and amounts > 0, "
                 'e.g. {"learner_node": 1} (the CPU and GPU the learner takes are chosen by the driver)'
             )
-        for name in ("time_limit_s", "checkpoint_interval_s"):
+        for name in ("time_limit_s", "checkpoint_interval_s", "sample_timeout_s"):
             t = getattr(self, name)
             if isinstance(t, bool) or not isinstance(t, int | float) or not 0 <= t < float("inf"):
                 errs.append(f"driver.{name}={t!r} must be a number of seconds >= 0 (0: no limit)")

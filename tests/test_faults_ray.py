@@ -362,3 +362,65 @@ def test_ray_payloads_refused_mid_run_are_counted_and_the_run_goes_on(tmp_path, 
     assert len(logged) == 2 and all("refused by the learner" in x for x in logged), logged  # each kind once
     text = learner_log_text(ray_loopback)
     assert "batch['actions'] on valid steps must lie in [0, " in text and "batch['obs'].shape=(17, 4, " in text
+
+
+# ------------------------------------------------------------------------ a rollout actor alive but silent
+
+
+def rollout_worker_that_hangs_once(marker: Path, at_sample: int):
+    """A RolloutWorker of which one actor (the first to create `marker`) stops answering at its `at_sample`-th
+    sample: alive, its sample never returns. Its restart (a new process, the constructor run again) finds the
+    marker taken and samples as usual."""
+    import time
+
+    from actors.rollout import RolloutWorker
+
+    class HangingRolloutWorker(RolloutWorker):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.sent = 0
+            try:
+                os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+                self.hang = True
+            except FileExistsError:
+                self.hang = False
+
+        def sample(self, n_steps=None):
+            self.sent += 1
+            if self.hang and self.sent == at_sample:
+                time.sleep(3600)
+            return super().sample(n_steps)
+
+    return HangingRolloutWorker
+
+
+def test_ray_rollout_actor_that_stops_answering_is_restarted(tmp_path, ray_loopback, monkeypatch, capsys):
+    """The one rollout actor stops answering at its third sample: it is killed after --sample-timeout-s and Ray
+    restarts it; the sample is retried there and the run ends done with diag.jsonl whole (before: the driver
+    waited on it for ever, past any time limit too). Its first sample had the start's grace (STARTUP_GRACE_S):
+    an actor's start on this box takes longer than 4 s and is no hang."""
+    monkeypatch.setattr(remote, "RolloutWorker", rollout_worker_that_hangs_once(tmp_path / "hung", at_sample=3))
+    code, run_dir = run(tmp_path, "--steps", "30", "--rollout-workers", "1", "--sample-timeout-s", "4")
+    err = capsys.readouterr().err
+    assert code == 0, err[-3000:]
+    assert summary(run_dir)["status"] == "done"
+    assert steps(run_dir) == list(range(1, 31))
+    warnings = [line for line in err.splitlines() if line.startswith("warning: rollout actor")]
+    assert len(warnings) == 1, err[-3000:]
+    assert re.search(r"returned no sample in \d+ s .*restart 1 of at most 3; --sample-timeout-s, 4 s,", warnings[0])
+    assert (tmp_path / "hung").exists()
+
+
+def test_ray_time_limit_ends_a_run_whose_rollout_actor_stopped_answering(tmp_path, ray_loopback, monkeypatch, capsys):
+    """With the watchdog off (--sample-timeout-s 0) the time limit still ends the run: the driver stops waiting
+    for the silent actor's sample then, the run ends done at the step it reached with a checkpoint there."""
+    monkeypatch.setattr(remote, "RolloutWorker", rollout_worker_that_hangs_once(tmp_path / "hung", at_sample=3))
+    code, run_dir = run(tmp_path, "--rollout-workers", "1", "--sample-timeout-s", "0", "--time-limit-s", "8")
+    err = capsys.readouterr().err
+    assert code == 0, err[-3000:]
+    done = summary(run_dir)
+    assert done["status"] == "done"
+    reached = steps(run_dir)
+    assert reached == list(range(1, len(reached) + 1)) and reached, reached
+    assert checkpoint_steps(run_dir)[-1] == reached[-1]
+    assert "warning: rollout actor" not in err
