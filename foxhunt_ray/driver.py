@@ -217,6 +217,14 @@ def parse_args(argv: list[str] | None, prog: str, defaults: EntryDefaults | None
         help="Ray mode: restart a rollout actor whose sample has not come back in S seconds "
         f"(0: wait for ever; default {DriverConfig.sample_timeout_s:g})",
     )
+    p.add_argument(
+        "--learner-timeout-s",
+        type=float,
+        default=None,
+        metavar="S",
+        help="Ray mode: replace a learner actor that has not answered a call in S seconds "
+        f"(0: wait for ever; default {DriverConfig.learner_timeout_s:g})",
+    )
     p.add_argument("--inject-nan-at", type=int, default=None, metavar="STEP", help="test only: NaN loss at STEP")
     p.add_argument("--flip-distill-sign", action="store_true", help="test only: distil pi towards -Q")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
@@ -466,6 +474,7 @@ def _driver_flags(args: argparse.Namespace) -> dict:
         "max_payloads_waiting",
         "time_limit_s",
         "sample_timeout_s",
+        "learner_timeout_s",
     )
     flags = {n: getattr(args, n) for n in names if getattr(args, n) is not None}
     if getattr(args, "learner_resources", None) is not None:
@@ -512,7 +521,8 @@ def _resolve_resume(args: argparse.Namespace, sha: str) -> Plan:
         raise UsageError(
             f"--resume continues {run_dir} with its own config.json; drop {['--' + f.replace('_', '-') for f in fixed]}"
             " (only --steps, --rollout-workers, --broadcast-every, --checkpoint-every, --checkpoint-interval-s,"
-            " --max-payloads-waiting, --time-limit-s, --sample-timeout-s, --learner-resources, --serial may change)"
+            " --max-payloads-waiting, --time-limit-s, --sample-timeout-s, --learner-timeout-s, --learner-resources, "
+            "--serial may change)"
         )
     try:
         record = read_config(run_dir, _driver_flags(args))

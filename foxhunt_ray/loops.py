@@ -335,6 +335,9 @@ MAX_CALLS_IN_FLIGHT = 2  # one running on the learner, one queued: the learner n
 MAX_LOST_IN_A_ROW = 8
 STARTUP_GRACE_S = 600.0
 """The wait for a rollout actor's first sample after it was (re)started, when --sample-timeout-s is shorter."""
+LEARNER_STARTUP_GRACE_S = 1800.0
+"""The wait for a learner actor's first answer (it may build the CUDA extension and capture its graphs first),
+when --learner-timeout-s is shorter."""
 
 
 class _Drive:
@@ -343,7 +346,8 @@ class _Drive:
     whose sample finishes while `drv.max_payloads_waiting` payloads already wait for the learner (ready or in a
     call) idles until the learner catches up: that bounds the policy lag (docs/system.md, "Policy lag"). A sample in
     flight longer than `drv.sample_timeout_s` (STARTUP_GRACE_S for an actor's first) has its actor killed for Ray to
-    restart it (`_restart_silent`)."""
+    restart it (`_restart_silent`); a learner call unanswered for `drv.learner_timeout_s` has the learner actor
+    killed, for the driver to replace it as one that died (`_kill_stuck_learner`)."""
 
     def __init__(self, plan: Plan, monitor, progress: Progress, learner, hook: Hook | None):
         self.plan, self.monitor, self.progress, self.learner, self.hook = plan, monitor, progress, learner, hook
@@ -353,6 +357,7 @@ class _Drive:
         self.worker_timings: list = []  # refs of the rollout workers' timings, asked at the loop's end
         self.restarts: dict[int, int] = {}  # rollout actor index -> kills for a sample past drv.sample_timeout_s
         self.starting: set[int] = set()  # rollout actors that have returned no sample since they were (re)started
+        self.call_sent: dict = {}  # a learner call's answer ref -> when it was sent (time.monotonic)
         self.start = time.monotonic()
         self.end: float | None = None
 
@@ -402,24 +407,27 @@ class _Drive:
                 # nested: the learner fetches the payloads itself; the monitor actor takes the learner's answer
                 answer = monitor.record_update(learner.update_from.remote(ready, drv.steps))
                 calls.append((answer, len(ready)))
+                self.call_sent[answer] = time.monotonic()
                 ready = []
                 self.seconds["dispatch_s"] += time.monotonic() - t0
                 continue
             if not calls and not (more and samples):
                 break
             wait_on = ([*samples] if more else []) + [c for c, _ in calls[:1]]
-            found, _ = ray.wait(wait_on, num_returns=1, timeout=self._wait_timeout(samples if more else {}, asked))
+            timeout = self._wait_timeout(samples if more else {}, asked, calls[0][0] if calls else None)
+            found, _ = ray.wait(wait_on, num_returns=1, timeout=timeout)
             t1 = time.monotonic()
-            if not found:  # a sample past drv.sample_timeout_s, or the time limit reached: look again
-                self.seconds["wait_s"] += t1 - t0
+            self.seconds["wait_s"] += t1 - t0
+            if not found:  # a sample or the learner past its deadline, or the time limit reached: look again
                 self._restart_silent(samples, asked, t1)
+                self._kill_stuck_learner(calls[0][0] if calls else None, t1)
                 continue
             (done,) = found
-            self.seconds["wait_s"] += t1 - t0
             if drv.time_limit_s and not self.snapshots and t1 - self.start >= drv.time_limit_s / 2:
                 self.snapshots.append(learner.timings.remote())  # queued behind the calls: no wait here
             if calls and done == calls[0][0]:
                 calls.pop(0)
+                self.call_sent.pop(done, None)
                 answer = ray.get(done)  # ready: this does not block
                 self.seconds["answers"] += 1
                 learner_step = answer["step"]
@@ -479,13 +487,23 @@ class _Drive:
         timeout = self.plan.driver.sample_timeout_s
         return asked_at + (max(timeout, STARTUP_GRACE_S) if i in self.starting else timeout)
 
-    def _wait_timeout(self, samples: dict, asked: dict) -> float | None:
-        """Seconds ray.wait may block: until the first sample in flight is overdue (_deadline), or until the time
-        limit (so that the loop stops asking for samples then); None when neither applies."""
+    def _call_deadline(self, call) -> float:
+        """When the learner's answer to `call` is overdue: drv.learner_timeout_s after it was sent, or
+        LEARNER_STARTUP_GRACE_S before this learner's first answer."""
+        timeout = self.plan.driver.learner_timeout_s
+        first = not self.seconds["answers"]
+        return self.call_sent[call] + (max(timeout, LEARNER_STARTUP_GRACE_S) if first else timeout)
+
+    def _wait_timeout(self, samples: dict, asked: dict, call) -> float | None:
+        """Seconds ray.wait may block: until the first sample in flight is overdue (_deadline), the oldest learner
+        call is (_call_deadline), or the time limit (so that the loop stops asking for samples then); None when
+        none applies."""
         drv, now = self.plan.driver, time.monotonic()
         ends = []
         if drv.sample_timeout_s and samples:
             ends.append(min(self._deadline(asked[ref], i) for ref, i in samples.items()))
+        if drv.learner_timeout_s and call in self.call_sent:
+            ends.append(self._call_deadline(call))
         if drv.time_limit_s and samples:
             ends.append(self.start + drv.time_limit_s)
         return max(0.0, min(ends) - now) + 0.01 if ends else None
@@ -516,6 +534,25 @@ class _Drive:
             ray.kill(self.workers[i], no_restart=False)
             asked[ref] = now  # the retried sample gets its own time, with the grace of a start
             self.starting.add(i)
+
+    def _kill_stuck_learner(self, call, now: float) -> None:
+        """Kills the learner actor when its oldest call is overdue (_call_deadline): alive but stuck, it would hold
+        the run for ever. Its calls then fail as a dead learner's do, and the driver replaces it from the newest
+        checkpoint (driver.max_learner_restarts), diag.jsonl cut back to that step."""
+        import ray
+
+        drv = self.plan.driver
+        if not drv.learner_timeout_s or call not in self.call_sent or now < self._call_deadline(call):
+            return
+        self.progress.end_line()
+        print(
+            f"warning: the learner actor answered no call in {now - self.call_sent[call]:.0f} s (stuck; "
+            f"--learner-timeout-s, {drv.learner_timeout_s:g} s, sets the wait): killing it for the driver to replace",
+            file=sys.stderr,
+            flush=True,
+        )
+        ray.kill(self.learner)
+        del self.call_sent[call]  # killed once: the call's failure, not another timeout, ends the wait
 
 
 def _starved(monitor: Monitor | MonitorHandle, progress: Progress, why: str) -> int:

@@ -54,6 +54,10 @@ class DriverConfig:
     but silent) is killed and restarted by Ray; the sample is retried on the new actor and the restart counts
     against max_worker_restarts. 0: wait for ever. A healthy sample takes seconds at most, the first one with
     the actor's start."""
+    learner_timeout_s: float = 600.0
+    """Ray mode: a learner call not answered this many seconds after it was sent (the learner actor alive but
+    stuck) has the learner actor killed; the driver replaces it as one that died (max_learner_restarts). 1800 s
+    for a learner's first answer (it may build the CUDA extension and capture its graphs first). 0: wait for ever."""
     max_learner_restarts: Annotated[int, Int(ge=0)] = 3
     """Ray mode: times a learner actor that died (killed, out of memory) is replaced within the run, resuming from
     its newest checkpoint: diag.jsonl is cut back to that step and goes on from it, no gap and no duplicate."""
@@ -73,7 +77,7 @@ class DriverConfig:
                 f"driver.learner_resources={res!r} must be a JSON object of custom resource names and amounts > 0, "
                 'e.g. {"learner_node": 1} (the CPU and GPU the learner takes are chosen by the driver)'
             )
-        for name in ("time_limit_s", "checkpoint_interval_s", "sample_timeout_s"):
+        for name in ("time_limit_s", "checkpoint_interval_s", "sample_timeout_s", "learner_timeout_s"):
             t = getattr(self, name)
             if isinstance(t, bool) or not isinstance(t, int | float) or not 0 <= t < float("inf"):
                 errs.append(f"driver.{name}={t!r} must be a number of seconds >= 0 (0: no limit)")

@@ -424,3 +424,47 @@ def test_ray_time_limit_ends_a_run_whose_rollout_actor_stopped_answering(tmp_pat
     assert reached == list(range(1, len(reached) + 1)) and reached, reached
     assert checkpoint_steps(run_dir)[-1] == reached[-1]
     assert "warning: rollout actor" not in err
+
+
+def learner_that_hangs_once(marker: Path, at_call: int):
+    """A RayLearnerWorker of which the first actor (the one that creates `marker`) stops answering at its
+    `at_call`-th update_from: alive, the call never returns. Its replacement finds the marker taken."""
+    import time
+
+    from foxhunt_ray.remote import RayLearnerWorker
+
+    class HangingLearner(RayLearnerWorker):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.calls = 0
+            try:
+                os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+                self.hang = True
+            except FileExistsError:
+                self.hang = False
+
+        def update_from(self, refs, stop_at=None):
+            self.calls += 1
+            if self.hang and self.calls == at_call:
+                time.sleep(3600)
+            return super().update_from(refs, stop_at)
+
+    return HangingLearner
+
+
+def test_ray_learner_actor_that_stops_answering_is_replaced(tmp_path, ray_loopback, monkeypatch, capsys):
+    """The learner actor stops answering at its 12th call: after --learner-timeout-s the driver kills it and
+    replaces it from the newest checkpoint as it does a learner that died; the run ends done with every step of
+    diag.jsonl once (before: the driver waited on the call for ever)."""
+    monkeypatch.setattr(remote, "RayLearnerWorker", learner_that_hangs_once(tmp_path / "hung", at_call=12))
+    flags = ("--steps", "40", "--checkpoint-every", "5", "--learner-timeout-s", "5")
+    code, run_dir = run(tmp_path, *flags)
+    err = capsys.readouterr().err
+    assert code == 0, err[-3000:]
+    assert (tmp_path / "hung").exists()
+    warnings = [line for line in err.splitlines() if line.startswith("warning: the learner actor")]
+    assert len(warnings) == 1 and "--learner-timeout-s, 5 s," in warnings[0], err[-3000:]
+    assert "the learner actor died" in err and "restart 1 of at most 3" in err
+    assert steps(run_dir) == list(range(1, 41))
+    done = summary(run_dir)
+    assert done["status"] == "done" and done["step"] == 40

@@ -92,6 +92,7 @@ def test_every_number_field_of_every_config_carries_its_rule(cls):
         (DriverConfig, "time_limit_s"),  # a number of seconds >= 0, worded so in DriverConfig.errors()
         (DriverConfig, "checkpoint_interval_s"),
         (DriverConfig, "sample_timeout_s"),
+        (DriverConfig, "learner_timeout_s"),
     }
     hints = typing.get_type_hints(cls, include_extras=True)
     for f in dataclasses.fields(cls):

@@ -5,8 +5,8 @@
 // per update (relu, product, output GEMM, and their backward). Here the forward reads pre once; the backward
 // reads pre once and writes grad_pre once, so both are bound by memory bandwidth: every thread moves packs of
 // consecutive hidden units (up to 16 bytes, float4 or double2, narrower as N grows so that nothing spills) when H
-// and the pointers allow it, holds W_out's packs in registers across several rows, and keeps several rows'
-// loads in flight.
+// and the pointers allow it, reads W_out once per block (the forward, from shared memory) or per thread (the
+// backward, in registers) for several rows, and keeps several rows' loads in flight.
 #include <cstdint>
 #include <initializer_list>
 
