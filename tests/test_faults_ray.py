@@ -367,6 +367,21 @@ def test_ray_payloads_refused_mid_run_are_counted_and_the_run_goes_on(tmp_path, 
 # ------------------------------------------------------------------------ a rollout actor alive but silent
 
 
+def claimer(marker: Path):
+    """A function, true in the one process (of all the actors sharing `marker`) that creates it first: an atomic
+    create, so exactly one actor, and not its restart, makes the fault. Made inside a function so that Ray ships
+    it by value with the actor class (the actors' processes cannot import this test module)."""
+
+    def first_to_claim() -> bool:
+        try:
+            os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            return False
+        return True
+
+    return first_to_claim
+
+
 def rollout_worker_that_hangs_once(marker: Path, at_sample: int):
     """A RolloutWorker of which one actor (the first to create `marker`) stops answering at its `at_sample`-th
     sample: alive, its sample never returns. Its restart (a new process, the constructor run again) finds the
@@ -375,15 +390,12 @@ def rollout_worker_that_hangs_once(marker: Path, at_sample: int):
 
     from actors.rollout import RolloutWorker
 
+    first_to_claim = claimer(marker)
+
     class HangingRolloutWorker(RolloutWorker):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
-            self.sent = 0
-            try:
-                os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-                self.hang = True
-            except FileExistsError:
-                self.hang = False
+            self.sent, self.hang = 0, first_to_claim()
 
         def sample(self, n_steps=None):
             self.sent += 1
@@ -433,15 +445,12 @@ def learner_that_hangs_once(marker: Path, at_call: int):
 
     from foxhunt_ray.remote import RayLearnerWorker
 
+    first_to_claim = claimer(marker)
+
     class HangingLearner(RayLearnerWorker):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
-            self.calls = 0
-            try:
-                os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-                self.hang = True
-            except FileExistsError:
-                self.hang = False
+            self.calls, self.hang = 0, first_to_claim()
 
         def update_from(self, refs, stop_at=None):
             self.calls += 1
