@@ -294,6 +294,9 @@ def run_ray(plan: Plan, monitor: MonitorHandle, progress: Progress, hook: Hook |
         except Exception as err:  # the actors may be gone with the same Ctrl-C; the periodic checkpoint stays
             print(f"interrupted: no final checkpoint ({err}); the last periodic one stays", file=sys.stderr)
         return monitor.finish("stopped", "interrupted by the user (Ctrl-C)")
+    except LearnerLost:  # killed by the loop's watchdog at the run's end (_Drive._get_learner)
+        lost = True
+        raise
     except Exception:
         _catch_up(monitor)
         raise
@@ -437,7 +440,7 @@ class _Drive:
                         raise RuntimeError(f"{lost_in_a_row} samples lost in a row: {why}")
                 if answer.get("starved") and not answer.get("after_end"):
                     starved = answer["starved"]  # the run ends once the learner's queued steps are recorded
-                    ray.get([c for c, _ in calls])  # let the queued calls finish before the learner checkpoints
+                    self._get_learner([c for c, _ in calls])  # the queued calls finish before the learner checkpoints
                     break
                 if answer.get("after_end") or not answer["n"]:
                     resume_idle()
@@ -445,7 +448,7 @@ class _Drive:
                 lost_in_a_row = 0
                 monitor.last = answer["record"]
                 if (code := _report(monitor, self.progress, answer["decision"])) is not None:
-                    ray.get([c for c, _ in calls])  # answers queued behind the kill end as after_end: fetched
+                    self._get_learner([c for c, _ in calls])  # answers queued behind the kill end as after_end
                     break
                 step = int(monitor.last["step"])
                 if self.hook is not None:
@@ -470,14 +473,14 @@ class _Drive:
             self.snapshots.append(learner.timings.remote())
         self.worker_timings = [w.timings.remote() for w in workers]
         if code is None:  # the steps the learner still runs: their lines, and perhaps a kill among them
-            answer = ray.get(monitor.record_update(learner.drain_answer.remote()))
+            answer = self._get_learner(monitor.record_update(learner.drain_answer.remote()))
             if answer.get("n"):
                 monitor.last = answer["record"]
                 code = _report(monitor, self.progress, answer["decision"])
         if code is None and starved is not None:  # after the last good payload's lines (train(wait=False) held them)
             code = _starved(monitor, self.progress, starved)
         self.end = time.monotonic()
-        ray.get(monitor.keep_checkpoint(learner.checkpoint.remote()))
+        self._get_learner(monitor.keep_checkpoint(learner.checkpoint.remote()))
         return code if code is not None else monitor.finish("done")
 
     def _deadline(self, asked_at: float, i: int) -> float:
@@ -534,6 +537,30 @@ class _Drive:
             ray.kill(self.workers[i], no_restart=False)
             asked[ref] = now  # the retried sample gets its own time, with the grace of a start
             self.starting.add(i)
+
+    def _get_learner(self, refs):
+        """ray.get of what waits on the learner at the loop's end (its queued calls, the drain, the final
+        checkpoint), within drv.learner_timeout_s (LEARNER_STARTUP_GRACE_S before its first answer): a learner stuck
+        there is killed and LearnerLost raised, for the driver to replace it from the newest checkpoint."""
+        import ray
+
+        timeout = self.plan.driver.learner_timeout_s
+        if not timeout:
+            return ray.get(refs)
+        if not self.seconds["answers"]:
+            timeout = max(timeout, LEARNER_STARTUP_GRACE_S)
+        try:
+            return ray.get(refs, timeout=timeout)
+        except ray.exceptions.GetTimeoutError:
+            self.progress.end_line()
+            print(
+                f"warning: the learner actor answered nothing in {timeout:g} s at the run's end (stuck; "
+                "--learner-timeout-s sets the wait): killing it for the driver to replace",
+                file=sys.stderr,
+                flush=True,
+            )
+            ray.kill(self.learner)
+            raise LearnerLost(f"no answer in {timeout:g} s at update {self.last_step()}") from None
 
     def _kill_stuck_learner(self, call, now: float) -> None:
         """Kills the learner actor when its oldest call is overdue (_call_deadline): alive but stuck, it would hold

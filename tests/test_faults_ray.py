@@ -440,7 +440,8 @@ def test_ray_time_limit_ends_a_run_whose_rollout_actor_stopped_answering(tmp_pat
 
 def learner_that_hangs_once(marker: Path, at_call: int):
     """A RayLearnerWorker of which the first actor (the one that creates `marker`) stops answering at its
-    `at_call`-th update_from: alive, the call never returns. Its replacement finds the marker taken."""
+    `at_call`-th update_from, or at the drain at the run's end for at_call 0: alive, the call never returns. Its
+    replacement finds the marker taken."""
     import time
 
     from foxhunt_ray.remote import RayLearnerWorker
@@ -457,6 +458,11 @@ def learner_that_hangs_once(marker: Path, at_call: int):
             if self.hang and self.calls == at_call:
                 time.sleep(3600)
             return super().update_from(refs, stop_at)
+
+        def drain_answer(self):  # at_call 0: the drain at the run's end
+            if self.hang and not at_call:
+                time.sleep(3600)
+            return super().drain_answer()
 
     return HangingLearner
 
@@ -477,3 +483,21 @@ def test_ray_learner_actor_that_stops_answering_is_replaced(tmp_path, ray_loopba
     assert steps(run_dir) == list(range(1, 41))
     done = summary(run_dir)
     assert done["status"] == "done" and done["step"] == 40
+
+
+def test_ray_learner_actor_stuck_at_the_run_s_end_is_replaced(tmp_path, ray_loopback, monkeypatch, capsys):
+    """The learner actor hangs in the drain at the run's end: after --learner-timeout-s it is killed and replaced from
+    the newest periodic checkpoint, which finishes the run: done at 40, diag.jsonl 1..40 each once, the final
+    checkpoint at 40 (before: the driver waited on it for ever)."""
+    monkeypatch.setattr(remote, "RayLearnerWorker", learner_that_hangs_once(tmp_path / "hung", at_call=0))
+    flags = ("--steps", "40", "--checkpoint-every", "5", "--learner-timeout-s", "5")
+    code, run_dir = run(tmp_path, *flags)
+    err = capsys.readouterr().err
+    assert code == 0, err[-3000:]
+    warnings = [line for line in err.splitlines() if line.startswith("warning: the learner actor")]
+    assert len(warnings) == 1 and "at the run's end" in warnings[0], err[-3000:]
+    assert "restart 1 of at most 3" in err, err[-3000:]
+    assert steps(run_dir) == list(range(1, 41))
+    done = summary(run_dir)
+    assert done["status"] == "done" and done["step"] == 40
+    assert checkpoint_steps(run_dir)[-1] == 40
