@@ -150,10 +150,15 @@ class LearnerWorker:
         return self.learner.step
 
     # ------------------------------------------------------------------ training
-    def train(self, payloads: list, *, wait: bool = True, stop_at: int | None = None) -> list[dict]:
+    def train(
+        self, payloads: list, *, wait: bool = True, stop_at: int | None = None, progress: float | None = None
+    ) -> list[dict]:
         """Trains on each payload in turn and returns the diags of the steps finished since the last call: all
         of them with wait=True; with wait=False all but the last payload's (left running on the device: the
-        next call or `drain` returns them). stop_at: no step past this learner step (the run's end)."""
+        next call or `drain` returns them). stop_at: no step past this learner step (the run's end). progress:
+        the run's progress in [0, 1] for these steps (Learner.set_progress: the learning-rate decay)."""
+        if progress is not None:
+            self.learner.set_progress(progress)
         for prepared in self._prepared(payloads):
             if stop_at is not None and self.learner.step >= stop_at:
                 break

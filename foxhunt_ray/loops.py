@@ -202,7 +202,8 @@ def _run_serial(plan: Plan, monitor: Monitor, progress: Progress, hook: Hook | N
     broadcast_at = learner.step
     try:
         while learner.step < drv.steps and not drv.out_of_time(start):
-            diags = learner.train([workers[i % len(workers)].sample()], stop_at=drv.steps)
+            payload = workers[i % len(workers)].sample()
+            diags = learner.train([payload], stop_at=drv.steps, progress=drv.progress(learner.step, start))
             keep(learner.take_checkpoints())
             i += 1
             if not diags and (why := learner.starved()) is not None:
@@ -408,7 +409,8 @@ class _Drive:
             more = dispatched < drv.steps and not drv.out_of_time(self.start)
             if more and ready and len(calls) < MAX_CALLS_IN_FLIGHT:
                 # nested: the learner fetches the payloads itself; the monitor actor takes the learner's answer
-                answer = monitor.record_update(learner.update_from.remote(ready, drv.steps))
+                progress = drv.progress(dispatched, self.start)
+                answer = monitor.record_update(learner.update_from.remote(ready, drv.steps, progress))
                 calls.append((answer, len(ready)))
                 self.call_sent[answer] = time.monotonic()
                 ready = []

@@ -87,6 +87,15 @@ class DriverConfig:
         """Whether the loop that started at time.monotonic() == start has used its time_limit_s."""
         return self.time_limit_s > 0 and time.monotonic() - start >= self.time_limit_s
 
+    def progress(self, step: int, start: float) -> float:
+        """The run's progress in [0, 1] at learner step `step`, the loop having started at time.monotonic() ==
+        start: the larger of the steps done and the time budget spent (Learner.set_progress: the learning-rate
+        decay). A run resumed with a new budget counts that budget from its own start."""
+        done = step / self.steps
+        if self.time_limit_s > 0:
+            done = max(done, (time.monotonic() - start) / self.time_limit_s)
+        return min(max(done, 0.0), 1.0)
+
 
 @dataclass(kw_only=True)
 class Plan:

@@ -45,9 +45,10 @@ class RayLearnerWorker(LearnerWorker):
         self._ray_seconds = {"fetch_s": 0.0, "idle_s": 0.0, "calls": 0.0}
         self._last_return: float | None = None
 
-    def update_from(self, refs: list, stop_at: int | None = None) -> dict:
+    def update_from(self, refs: list, stop_at: int | None = None, progress: float | None = None) -> dict:
         """train() on the payloads behind refs, fetched here (zero-copy from this node's object store), leaving
-        the newest payload's steps running (LearnerWorker.train(wait=False)). Answers {"diags": [...], "lost":
+        the newest payload's steps running (LearnerWorker.train(wait=False)); progress: the run's, for the
+        learning-rate decay (DriverConfig.progress). Answers {"diags": [...], "lost":
         [why, ...] for samples lost with their rollout actor, "step": the learner step with queued steps,
         "starved": why the run cannot go on when every recent payload was bad (LearnerWorker.starved), else None,
         "checkpoints": the periodic checkpoints taken (LearnerWorker.take_checkpoints), for the monitor to write}."""
@@ -63,7 +64,7 @@ class RayLearnerWorker(LearnerWorker):
                 lost.append(f"{type(err).__name__}: {err}"[:500])
         sec["fetch_s"] += time.perf_counter() - t0
         sec["calls"] += 1
-        diags = self.train(payloads, wait=False, stop_at=stop_at)
+        diags = self.train(payloads, wait=False, stop_at=stop_at, progress=progress)
         self._last_return = time.perf_counter()
         return {
             "diags": diags,

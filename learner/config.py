@@ -101,6 +101,10 @@ class LearnerConfig:
     """Adam learning rate of the main network (encoder, C51, IQN, pi, V_scalar)."""
     dueling_lr: Annotated[float, Number(gt=0)] = 2.5e-4
     """Adam learning rate of the dueling head (its own optimiser)."""
+    lr_decay_to: Annotated[float, Number(ge=0, le=1)] = 1.0
+    """lr and dueling_lr at the run's end, as a fraction of themselves: 1 keeps them constant; below 1 they fall
+    linearly with the run's progress (Learner.set_progress: the larger of the steps done and the time budget
+    spent, from the driver), as CleanRL's PPO anneals its learning rate."""
     adam_eps: Annotated[float, Number(gt=0)] = 1e-5
     """Adam epsilon, both optimisers."""
     grad_clip: Annotated[float, Number(gt=0)] = 10.0

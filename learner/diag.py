@@ -28,6 +28,8 @@ POLICY_LAG = "policy_lag"
 REPLAY_SIZE = "replay_size"
 TRANSITIONS = "transitions"
 Q_TRAINED = "q_trained"
+LR_SCALE = "lr_scale"
+"""The factor on lr and dueling_lr at this step (1 unless learner.lr_decay_to < 1: Learner.set_progress)."""
 GRAD_NORM_PREFIX = "grad_norm/"
 """grad_norm/<group> for encoder, c51, iqn, pi, v, dueling (before clipping), and grad_norm/total."""
 

@@ -70,15 +70,34 @@ def config_differences(cfg: LearnerConfig, saved: dict) -> list[str]:
 class _Trainable:
     """A network's flat parameters, flat gradients, Adam and target copy, stepped as one unit."""
 
-    def __init__(self, net: torch.nn.Module, lr: float, eps: float, clip: float, capturable: bool = False):
+    def __init__(
+        self, net: torch.nn.Module, lr: float, eps: float, clip: float, capturable: bool = False, decays: bool = False
+    ):
         target = copy.deepcopy(net).requires_grad_(False)
         self.net, self.target, self.clip, self.capturable = net, target, clip, capturable
         self.flat, self.grad = flatten_parameters_(net)
         self.target_flat, _ = flatten_parameters_(target)
         self.target_flat.requires_grad_(False)
+        self.base_lr = lr
+        # a decaying lr in a CUDA graph is a device tensor the captured Adam step reads at each replay
+        self.lr: float | torch.Tensor = (
+            torch.tensor(lr, dtype=torch.float32, device=self.flat.device) if decays and capturable else lr
+        )
         # fused on CUDA: the whole Adam step of a flat buffer is one kernel; capturable keeps its step
         # count on the device, so a CUDA graph can replay it
-        self.opt = torch.optim.Adam([self.flat], lr=lr, eps=eps, fused=self.flat.is_cuda or None, capturable=capturable)
+        self.opt = torch.optim.Adam(
+            [self.flat], lr=self.lr, eps=eps, fused=self.flat.is_cuda or None, capturable=capturable
+        )
+
+    def set_lr_scale(self, scale: float) -> None:
+        """Adam's lr := base_lr * scale from the next step on (in place when a captured graph reads it)."""
+        lr = self.base_lr * scale
+        if torch.is_tensor(self.lr):
+            self.lr.fill_(lr)
+        else:
+            self.lr = lr
+        for group in self.opt.param_groups:
+            group["lr"] = self.lr
 
     def snapshot(self) -> tuple[torch.Tensor, dict]:
         """Parameters and Adam state before a step, so a step that ends non-finite can be undone."""
@@ -134,6 +153,8 @@ class _Trainable:
             self.flat.copy_(state["flat"])
             self.target_flat.copy_(state["target_flat"])
         self.opt.load_state_dict(state["opt"])
+        for group in self.opt.param_groups:  # ours (the tensor a graph reads, or the float): set_progress sets it
+            group["lr"] = self.lr
         if self.capturable:  # the checkpoint's param group (perhaps from a CPU learner) replaced ours
             for group in self.opt.param_groups:
                 group["capturable"] = True
@@ -154,6 +175,7 @@ class _Pending:
     transitions: int
     replay_size: int
     q_trained: bool
+    lr_scale: float = 1.0
     graph_events: tuple | None = None
     """CUDA events around this step's graph replay (GraphUpdate.timed), for its device time."""
 
@@ -188,14 +210,16 @@ class Learner:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             net = main_net(cfg, obs_dim, n_actions)
-        self.main = _Trainable(net.to(self.device), cfg.lr, cfg.adam_eps, cfg.grad_clip, graphed)
+        decays = cfg.lr_decay_to < 1
+        self.lr_scale = 1.0
+        self.main = _Trainable(net.to(self.device), cfg.lr, cfg.adam_eps, cfg.grad_clip, graphed, decays)
         self.net: MainNet = self.main.net
         self.groups = group_slices(self.net, self.net.groups)
         self.dueling: _Trainable | None = None
         if cfg.dueling_mode != "off":
             head = DuelingQHead(cfg.hidden_dim, n_actions, seed=seed + _DUELING_SEED_OFFSET)
             self.dueling = _Trainable(
-                head.to(self.device), cfg.dueling_lr, cfg.adam_eps, cfg.dueling_grad_clip, graphed
+                head.to(self.device), cfg.dueling_lr, cfg.adam_eps, cfg.dueling_grad_clip, graphed, decays
             )
         self.support = torch.linspace(cfg.v_min, cfg.v_max, cfg.n_atoms, device=self.device)
         self.gen = torch.Generator(device=self.device).manual_seed(seed)  # IQN tau samples
@@ -211,6 +235,17 @@ class Learner:
         self.graph: G.GraphUpdate | None = G.GraphUpdate(self, capture=True) if graphed else None
 
     # ------------------------------------------------------------------ update
+    def set_progress(self, fraction: float) -> None:
+        """The run's progress in [0, 1] (the driver's: steps done, or time budget spent): lr and dueling_lr from
+        the next step on are scaled by 1 - (1 - lr_decay_to) * fraction. A no-op at lr_decay_to = 1."""
+        if self.cfg.lr_decay_to >= 1:
+            return
+        fraction = min(max(float(fraction), 0.0), 1.0)
+        self.lr_scale = 1.0 - (1.0 - self.cfg.lr_decay_to) * fraction
+        for p in (self.main, self.dueling):
+            if p is not None:
+                p.set_lr_scale(self.lr_scale)
+
     def update(self, batch: dict) -> dict[str, float]:
         """One learner step on `batch` (a rollout, see learner.replay); returns the diag dict."""
         cfg = self.cfg
@@ -330,6 +365,7 @@ class Learner:
             transitions=int(ro.valid_idx.numel()),
             replay_size=len(self.replay),
             q_trained=q_trained,
+            lr_scale=self.lr_scale,
         )
         if cfg.iqn_baseline == "blend":
             self.baseline_alpha.fill_(L.blend_alpha(self.step, cfg.alpha_start_step, cfg.alpha_end_step))
@@ -409,6 +445,7 @@ class Learner:
         result[D.REPLAY_SIZE] = float(p.replay_size)
         result[D.TRANSITIONS] = float(p.transitions)
         result[D.Q_TRAINED] = float(p.q_trained)
+        result[D.LR_SCALE] = float(p.lr_scale)
         return result
 
     def _policy_losses(self, ro: Mapping[str, torch.Tensor], out: dict) -> tuple[torch.Tensor, ...]:

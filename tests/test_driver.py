@@ -3,8 +3,12 @@ mode in-process (the same run through actors; a rollout actor killed mid-run is 
 
 from __future__ import annotations
 
+import itertools
 import json
+import time
 from pathlib import Path
+
+import pytest
 
 from actors.checkpoints import list_checkpoints
 from actors.monitor import read_diag, step_records
@@ -409,3 +413,22 @@ def test_progress_eta_rounds_whole_seconds_before_splitting_minutes():
     assert Progress._eta(0.5, 119.4) == "1m59s"  # was "2m59s": the minutes rounded up, the seconds not
     assert Progress._eta(0.5, 59.6) == "1m00s" and Progress._eta(0.5, 59.4) == "59s"
     assert Progress._eta(0.25, 60.0) == "3m00s" and Progress._eta(0.0, 5.0) == "?"
+
+
+def test_the_learning_rate_decays_over_the_run(tmp_path):
+    """--set learner.lr_decay_to=0: each payload's steps take lr * (1 - progress), progress being the steps done
+    before them over --steps (DriverConfig.progress, the time budget's share when that is larger)."""
+    code, run_dir = run(tmp_path, "--steps", "12", "--set", "learner.lr_decay_to=0")
+    assert code == 0
+    recs = [r for r in lines(run_dir) if "event" not in r]
+    scales = [r["lr_scale"] for r in recs]
+    assert [r["step"] for r in recs] == list(range(1, 13)) and scales[0] == 1.0
+    assert all(b <= a for a, b in itertools.pairwise(scales)), scales
+    for r in recs:  # a payload's steps share the scale set before its first
+        assert 1 - (r["step"] - 1) / 12 <= r["lr_scale"] + 1e-9, (r["step"], r["lr_scale"])
+    assert scales[-1] < 0.5
+    drv = driver.DriverConfig(steps=100, time_limit_s=10.0)
+    started = time.monotonic()
+    assert drv.progress(20, started) == pytest.approx(0.2, abs=0.01)  # the steps' share, the time's ~0
+    assert drv.progress(20, started - 5.0) == pytest.approx(0.5, abs=0.01)  # the time's share, larger
+    assert drv.progress(500, started) == 1.0 and driver.DriverConfig(steps=10).progress(5, started - 1e6) == 0.5

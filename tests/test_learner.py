@@ -110,6 +110,33 @@ def test_soft_update_moves_targets_by_tau():
     assert torch.equal(w.reshape(-1), lrn.main.target_flat[: w.numel()])
 
 
+def test_learning_rate_decays_with_the_run_s_progress():
+    """lr_decay_to 0.25: at progress 1 both optimisers step with a quarter of their lr. Two learners of one seed
+    on one batch: Adam's first step is linear in lr, so the second's parameters move a quarter as far (to float32
+    rounding), and the diag says lr_scale 0.25. At lr_decay_to 1 (the default) progress changes nothing."""
+    rng = np.random.default_rng(5)
+    batch = _rollout(rng)
+    moved = {}
+    for progress in (0.0, 1.0):
+        lrn = Learner(_cfg(lr_decay_to=0.25), obs_dim=OBS, n_actions=N, seed=0)
+        before = lrn.main.flat.detach().clone(), lrn.dueling.flat.detach().clone()
+        lrn.set_progress(progress)
+        d = lrn.update(batch)
+        assert d[D.LR_SCALE] == (1.0 if progress == 0 else 0.25)
+        assert lrn.main.opt.param_groups[0]["lr"] == pytest.approx(lrn.cfg.lr * d[D.LR_SCALE])
+        moved[progress] = (lrn.main.flat.detach() - before[0], lrn.dueling.flat.detach() - before[1])
+    for full, quarter in zip(moved[0.0], moved[1.0], strict=True):
+        assert full.abs().max() > 0
+        assert torch.allclose(quarter, 0.25 * full, rtol=1e-3, atol=2e-7)  # float32 differences of ~0.1-sized weights
+    constant = Learner(_cfg(), obs_dim=OBS, n_actions=N, seed=0)
+    constant.set_progress(1.0)
+    assert constant.update(batch)[D.LR_SCALE] == 1.0 and constant.main.opt.param_groups[0]["lr"] == constant.cfg.lr
+    lrn.set_progress(0.5)  # clamped into [0, 1], linear between
+    assert lrn.lr_scale == pytest.approx(0.625)
+    lrn.set_progress(7.0)
+    assert lrn.lr_scale == 0.25
+
+
 def test_building_a_learner_leaves_the_global_rng_alone():
     torch.manual_seed(123)
     want = torch.rand(3)

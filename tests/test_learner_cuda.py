@@ -103,6 +103,8 @@ GRAPH_CASES = {
     "phase2_v2": ("phase2_v2", None, {}),
     "phase3_1_fix": ("phase3_1_fix", None, {}),
     "phase3_2c": ("phase3_2c", None, {"alpha_start_step": 2, "alpha_end_step": 6}),
+    # the learning rate falls from update to update: the captured Adam step reads it from a device tensor
+    "phase4_3+lr_decay": ("phase4_3", None, {"lr_decay_to": 0.1}),
 }
 GRAPH_PARAM_REL = 1e-3
 """Parameters and targets of the graph learner within this of the eager one's, relative to the largest. Measured on
@@ -129,6 +131,8 @@ def test_the_captured_graph_learns_what_the_eager_cuda_learner_learns(name):
     worst: dict[str, float] = {}
     for s in range(8):
         batch = torch_rollout(8, 128, obs_dim, n_actions, seed=100 + s, autoreset=True)
+        for lrn in (graph, eager):
+            lrn.set_progress(s / 7)  # a no-op unless lr_decay_to < 1
         got, want = graph.update(batch), eager.update(batch)
         for k in want:
             if math.isnan(got[k]) and math.isnan(want[k]):  # both report the skipped step's NaN
