@@ -90,7 +90,8 @@ class DriverConfig:
     def progress(self, step: int, start: float) -> float:
         """The run's progress in [0, 1] at learner step `step`, the loop having started at time.monotonic() ==
         start: the larger of the steps done and the time budget spent (Learner.set_progress: the learning-rate
-        decay). A run resumed with a new budget counts that budget from its own start."""
+        decay). A resumed run (by hand, or after its learner actor was replaced) counts the time budget it is given
+        from its own start."""
         done = step / self.steps
         if self.time_limit_s > 0:
             done = max(done, (time.monotonic() - start) / self.time_limit_s)
