@@ -453,11 +453,11 @@ def learner_that_hangs_once(marker: Path, at_call: int):
             super().__init__(*args, **kwargs)
             self.calls, self.hang = 0, first_to_claim()
 
-        def update_from(self, refs, stop_at=None):
+        def update_from(self, refs, stop_at=None, progress=None):
             self.calls += 1
             if self.hang and self.calls == at_call:
                 time.sleep(3600)
-            return super().update_from(refs, stop_at)
+            return super().update_from(refs, stop_at, progress)
 
         def drain_answer(self):  # at_call 0: the drain at the run's end
             if self.hang and not at_call:
