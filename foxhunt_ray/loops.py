@@ -492,12 +492,15 @@ class _Drive:
         timeout = self.plan.driver.sample_timeout_s
         return asked_at + (max(timeout, STARTUP_GRACE_S) if i in self.starting else timeout)
 
-    def _call_deadline(self, call) -> float:
-        """When the learner's answer to `call` is overdue: drv.learner_timeout_s after it was sent, or
-        LEARNER_STARTUP_GRACE_S before this learner's first answer."""
+    def _learner_wait(self) -> float:
+        """How long the learner may take to answer: drv.learner_timeout_s, or LEARNER_STARTUP_GRACE_S before this
+        learner's first answer (0: for ever)."""
         timeout = self.plan.driver.learner_timeout_s
-        first = not self.seconds["answers"]
-        return self.call_sent[call] + (max(timeout, LEARNER_STARTUP_GRACE_S) if first else timeout)
+        return max(timeout, LEARNER_STARTUP_GRACE_S) if timeout and not self.seconds["answers"] else timeout
+
+    def _call_deadline(self, call) -> float:
+        """When the learner's answer to `call` is overdue (_learner_wait after it was sent)."""
+        return self.call_sent[call] + self._learner_wait()
 
     def _wait_timeout(self, samples: dict, asked: dict, call) -> float | None:
         """Seconds ray.wait may block: until the first sample in flight is overdue (_deadline), the oldest learner
@@ -542,15 +545,13 @@ class _Drive:
 
     def _get_learner(self, refs):
         """ray.get of what waits on the learner at the loop's end (its queued calls, the drain, the final
-        checkpoint), within drv.learner_timeout_s (LEARNER_STARTUP_GRACE_S before its first answer): a learner stuck
-        there is killed and LearnerLost raised, for the driver to replace it from the newest checkpoint."""
+        checkpoint), within _learner_wait: a learner stuck there is killed and LearnerLost raised, for the driver
+        to replace it from the newest checkpoint."""
         import ray
 
-        timeout = self.plan.driver.learner_timeout_s
+        timeout = self._learner_wait()
         if not timeout:
             return ray.get(refs)
-        if not self.seconds["answers"]:
-            timeout = max(timeout, LEARNER_STARTUP_GRACE_S)
         try:
             return ray.get(refs, timeout=timeout)
         except ray.exceptions.GetTimeoutError:
