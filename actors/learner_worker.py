@@ -9,11 +9,13 @@ from the Learner (step - 1 - the batch's policy_version).
 
 On a GPU the receive path never waits for the device: a payload's learner columns are copied into pinned host
 buffers (two sets, used in turn), validated there, sent to the device in one asynchronous copy, and its steps are
-queued; the diags are read with one sync per call. With `wait=False` the last payload's steps are left running
-when `train` returns (their diags come with the next call, or `drain()`), so the GPU works on them while the
-caller fetches and stages the next payloads: the GPU, not the host, sets the pace (BENCHMARKS.md, "The system on
-one GPU host"). Policy weights are copied to pinned memory after each payload's steps, asynchronously;
-`policy_weights()` hands out the newest copy that has landed.
+queued, then a copy of their diag values into pinned memory and an event. With `wait=False` the last payload's
+steps are left running when `train` returns (their diags come with the next call, or `drain()`), so the GPU works
+on them while the caller fetches and stages the next payloads: the GPU, not the host, sets the pace
+(BENCHMARKS.md, "The system on one GPU host"). The call waits on the event of the last payload it returns, never
+on a read of device values: such a read is a copy queued behind every step, the newest payload's too, and would
+leave the GPU idle while the host stages the next one. Policy weights are copied to pinned memory after each
+payload's steps, asynchronously; `policy_weights()` hands out the newest copy that has landed.
 
 A checkpoint is bytes, never a file written here: `checkpoint()` returns one, and the periodic ones wait in
 `take_checkpoints()` for the caller, who writes them into the run folder with `write_checkpoint` (the serial loop
@@ -79,6 +81,8 @@ class _Payload:
     cpu_update_s: float = 0.0
     weights: dict | None = None
     """The policy's weights after this payload's steps, being copied to pinned memory (a GPU learner)."""
+    diag_values: torch.Tensor | None = None
+    """The steps' diag values, being copied to pinned memory (a GPU learner): landed once events[2] has."""
 
 
 @dataclass(kw_only=True)
@@ -249,6 +253,8 @@ class LearnerWorker:
         record = _Payload(steps=steps, totals=totals)
         if events:
             record.weights = self._policy_state_async()  # queued before events[2]: landed once that has
+            if steps:
+                record.diag_values = self.learner.diag_values_to_host(steps)  # likewise
             events[2].record()
             st.copied = events[1]
             record.events = events
@@ -269,7 +275,17 @@ class LearnerWorker:
             return out
         sec = self._seconds
         t0 = time.perf_counter()
-        diags = self.learner.finish_updates([p for r in ready for p in r.steps])  # the one sync
+        if all(r.events is not None for r in ready):
+            # wait for these payloads' own work only (their last event), not for the steps queued after them
+            # (a read of device values would be a copy queued behind every step, the newest payload's too: the
+            # GPU would then idle while the host stages the next payload)
+            ready[-1].events[2].synchronize()
+            pendings = [p for r in ready for p in r.steps]
+            with_steps = [r.diag_values for r in ready if r.steps]
+            host = torch.cat(with_steps) if len(with_steps) > 1 else with_steps[0] if with_steps else None
+            diags = self.learner.finish_updates(pendings, host_values=host)
+        else:
+            diags = self.learner.finish_updates([p for r in ready for p in r.steps])  # the one sync
         sec["sync_s"] += time.perf_counter() - t0
         at = 0
         for r in ready:

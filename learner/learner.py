@@ -226,6 +226,7 @@ class Learner:
         # Phase 3.2c's alpha of this step, a device tensor written before each update (a CUDA graph reads it)
         self.baseline_alpha = torch.ones((), device=self.device)
         self.replay = ReplayBuffer(cfg.replay_capacity, obs_dim, self.device, seed + 1)
+        self._index_templates: tuple = (None, None, None)  # _minibatch_indices' (shape key, local, flat)
         self.queue = OnPolicyQueue()
         self.step = 0
         self.nan_abort_step = 0
@@ -291,13 +292,8 @@ class Learner:
             return []
         if n == 1 and m == b:
             local = flat = [host.valid_idx]
-        else:  # minibatch c's valid steps, t-major within it: one nonzero over the mask seen as [c, t, env]
-            t_len = host.valid.shape[0]
-            by_chunk = host.valid.reshape(t_len, b // m, m)[:, :n].permute(1, 0, 2).reshape(n, t_len * m)
-            where = by_chunk.nonzero()
-            counts = torch.bincount(where[:, 0], minlength=n).tolist()
-            local = list(where[:, 1].split(counts))  # t * m + j within minibatch c
-            flat = list(((where[:, 1] // m) * b + where[:, 0] * m + where[:, 1] % m).split(counts))  # t * B + c*m + j
+        else:  # minibatch c's valid steps, t-major within it: the mask seen as [c, t, env] picks from two templates
+            local, flat = self._minibatch_indices(host.valid, n, m)
         if before_copy is not None:
             before_copy()
         # the columns alone: valid_idx stays where it was made (pageable memory; a copy from there may wait)
@@ -322,11 +318,43 @@ class Learner:
             pendings.append(self._step(part, functools.partial(self.replay.add_rows, whole, returns, flat[c])))
         return pendings
 
-    def finish_updates(self, pendings: list[_Pending]) -> list[dict[str, float]]:
-        """The diags of queued steps, in order, after one device sync."""
+    def _minibatch_indices(self, valid: torch.Tensor, n: int, m: int) -> tuple[list, list]:
+        """(local, flat): per minibatch c < n of m envs, its valid steps' rows t * m + j within it and t * B + c*m + j
+        in the rollout, t-major. The mask as [c, t, j] selects from two index templates of the rollout's shape
+        (made once): a numpy boolean selection, several times faster than a nonzero and index arithmetic per
+        payload on the learner's host thread (BENCHMARKS.md, "The system on one GPU host")."""
+        t_len, b = valid.shape
+        key = (t_len, b, m, n)
+        if self._index_templates[0] != key:
+            t, j = np.divmod(np.arange(t_len * m, dtype=np.int64), m)
+            c = np.arange(n, dtype=np.int64)[:, None]
+            self._index_templates = (key, np.tile(t * m + j, n), (t * b + c * m + j).reshape(-1))
+        _, local_t, flat_t = self._index_templates
+        mask = np.ascontiguousarray(valid.numpy().reshape(t_len, b // m, m)[:, :n].transpose(1, 0, 2)).reshape(-1)
+        counts = mask.reshape(n, -1).sum(1).tolist()
+        local = torch.from_numpy(local_t[mask]).split(counts)
+        flat = torch.from_numpy(flat_t[mask]).split(counts)
+        return list(local), list(flat)
+
+    @staticmethod
+    def diag_values_to_host(pendings: list[_Pending]) -> torch.Tensor:
+        """The queued steps' diag values gathered and copied to pinned host memory, queued on the current stream
+        after those steps (no sync): once the stream has passed this point (an event recorded after it), the
+        tensor holds them and `finish_updates(pendings, host_values=...)` reads them without waiting for any
+        step queued later. A plain read (`finish_updates` without it) is a copy queued behind every step queued
+        so far, so it waits for all of them."""
+        values = torch.cat([p.values for p in pendings])
+        out = torch.empty(values.shape, dtype=values.dtype, pin_memory=True)
+        return out.copy_(values, non_blocking=True)
+
+    def finish_updates(
+        self, pendings: list[_Pending], host_values: torch.Tensor | None = None
+    ) -> list[dict[str, float]]:
+        """The diags of queued steps, in order, after one device sync; or, with `host_values` (the pendings'
+        `diag_values_to_host`, whose copy the caller knows to have landed), with none."""
         if not pendings:
             return []
-        values = torch.cat([p.values for p in pendings]).tolist()
+        values = (torch.cat([p.values for p in pendings]) if host_values is None else host_values).tolist()
         out, at = [], 0
         for p in pendings:
             n = p.values.numel()

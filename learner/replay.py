@@ -94,7 +94,8 @@ def rollout_from_batch(batch: dict, *, obs_dim: int, n_actions: int, finite_chec
                         f"(obs is [T+1, B, D]={tuple(obs.shape)})"
                     )
     if not errs:
-        a = cols["actions"][cols["valid"]]
+        lo, hi = torch.aminmax(cols["actions"])  # every step in range: no need to look at the valid ones alone
+        a = cols["actions"][cols["valid"]] if lo < 0 or hi >= n_actions else cols["actions"][:0]
         if a.numel() and (a.min() < 0 or a.max() >= n_actions):
             errs.append(
                 f"batch['actions'] on valid steps must lie in [0, {n_actions}), "

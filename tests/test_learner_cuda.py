@@ -174,3 +174,37 @@ def test_minibatch_steps_in_one_call_match_one_update_per_minibatch():
     rel = ((split.main.flat - one_by_one.main.flat).norm() / one_by_one.main.flat.norm()).item()
     assert split.step == one_by_one.step == payloads * b // m
     assert rel < 1e-4 and worst < 1e-3, (rel, worst)
+
+
+def test_the_learner_workers_pipelined_calls_return_what_waiting_calls_do():
+    """LearnerWorker.train(wait=False), the Ray learner's call (each call returns the diags of all but its newest
+    payload, read from pinned copies that the call waits for by event, never by a read queued behind the newest
+    payload's steps), against train(wait=True) on twin workers fed the same payloads: the same steps in the same
+    order, every diag within float32 rounding, the newest payload's diags from drain(), and the same parameters."""
+    from actors import wire
+    from actors.config import RolloutConfig
+    from actors.learner_worker import LearnerWorker
+    from actors.rollout import RolloutWorker
+    from lobsim_env import MarketConfig
+
+    cfg = dataclasses.replace(preset("phase4_3"), minibatch_envs=64, replay_min_size=512)
+    roll = RolloutWorker(RolloutConfig(num_envs=256, steps_per_sample=8), MarketConfig(horizon=50), worker_index=0,
+                         seed=0)
+    twins = [LearnerWorker(cfg, obs_dim=roll.obs_dim, n_actions=roll.n_actions, device="cuda") for _ in range(2)]
+    roll.set_weights(twins[0].policy_weights())
+    payloads = [roll.sample() for _ in range(5)]
+    roll.stop()
+    assert all(isinstance(wire.decode(bytes(p)), dict) for p in payloads)
+    waited = [d for p in payloads for d in twins[0].train([p], wait=True)]
+    piped = twins[1].train(payloads[:1], wait=False)
+    assert piped == []  # the newest payload's steps are left running: their diags come later
+    piped += twins[1].train(payloads[1:3], wait=False)
+    assert [d["step"] for d in piped] == list(range(1, 9))  # 3 payloads of 4 steps, the newest still out
+    piped += twins[1].train(payloads[3:], wait=False) + twins[1].drain()
+    assert [d["step"] for d in piped] == [d["step"] for d in waited] == list(range(1, 21))
+    for x, y in zip(piped, waited, strict=True):
+        assert x.keys() == y.keys()
+        bad = {k: (x[k], y[k]) for k in y if abs(x[k] - y[k]) > 1e-4 * max(1.0, abs(y[k]))}
+        assert not bad, (y["step"], bad)
+    a, b = (w.learner.main.flat for w in twins)
+    assert ((a - b).norm() / b.norm()).item() < 1e-4

@@ -77,10 +77,13 @@ def test_minibatches_wait_stop_at_and_weights():
     """minibatch_envs splits a payload into several steps; wait=False leaves the newest payload's steps queued
     (returned by the next call or drain, in order); stop_at ends exactly at a step; weights carry the step."""
     worker = RolloutWorker(
-        RolloutConfig(num_envs=8, steps_per_sample=6), MarketConfig(horizon=20), worker_index=0, seed=0
+        RolloutConfig(num_envs=8, steps_per_sample=6, policy_device="cpu"), MarketConfig(horizon=20),
+        worker_index=0, seed=0,
     )
     cfg = dataclasses.replace(preset("smoke"), minibatch_envs=2)
-    learner = LearnerWorker(cfg, obs_dim=worker.obs_dim, n_actions=worker.n_actions)
+    # on the CPU on any machine: a CPU learner's weights are there at once (a GPU learner's once the device has
+    # finished the steps: tests/test_learner_cuda.py)
+    learner = LearnerWorker(cfg, obs_dim=worker.obs_dim, n_actions=worker.n_actions, device="cpu")
     assert learner.policy_weights()["version"] == 0
     worker.set_weights(learner.policy_weights())
     payloads = [worker.sample() for _ in range(3)]
