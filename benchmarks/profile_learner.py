@@ -90,13 +90,13 @@ def main() -> None:
     print(f"{args.samples} payloads of {cfg.rollout.num_envs} books x {cfg.rollout.steps_per_sample} steps "
           f"({payloads[0].nbytes / 1e6:.1f} MB each) in {time.perf_counter() - t0:.1f} s", flush=True)
     # warm-up: replay past its minimum, the graph captured
-    while worker.step < 3 * (cfg.rollout.num_envs // max(cfg.learner.minibatch_envs, 1)) or (
+    while worker.step < 3 * (cfg.rollout.num_envs // (cfg.learner.minibatch_envs or cfg.rollout.num_envs)) or (
         len(worker.learner.replay) < cfg.learner.replay_min_size
     ):
         worker.train(payloads[:1], wait=True)
     worker.drain()
     report = {"preset": args.preset, "sizing": args.sizing, "torch_threads": args.torch_threads,
-              "steps_per_payload": cfg.rollout.num_envs // max(cfg.learner.minibatch_envs, 1),
+              "steps_per_payload": cfg.rollout.num_envs // (cfg.learner.minibatch_envs or cfg.rollout.num_envs),
               "device": torch.cuda.get_device_name() if device == "cuda" else "cpu", "torch": torch.__version__}
     for k in per_call:
         report[f"timed_{k}_per_call"] = _timed(worker, payloads, args.calls, k)

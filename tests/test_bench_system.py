@@ -35,3 +35,27 @@ def test_quick_mode_reports_every_role_and_the_last_line(tmp_path):
     for row in ("| learner | idle between calls", "| learner | device: the captured", "| rollout (mean of 2) |"):
         assert row in table
     assert "| monitor |" in table and "| driver | wait_s |" in table
+
+
+@pytest.mark.slow
+def test_profile_learner_times_every_part_of_the_learners_host_path(tmp_path):
+    """benchmarks/profile_learner.py (the learner role without Ray, payloads always ready) on the CPU at the `cpu`
+    sizing: one timed run per payloads-a-call setting, every step counted, the profiles printed, the last lines."""
+    cmd = [sys.executable, "benchmarks/profile_learner.py", "--sizing", "cpu", "--calls", "3", "--samples", "2"]
+    out = subprocess.run(
+        [*cmd, "--per-call", "1,2", "--json", str(tmp_path / "p.json")],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    import json
+
+    report = json.loads((tmp_path / "p.json").read_text())
+    per_payload = report["steps_per_payload"]
+    for k in (1, 2):
+        t = report[f"timed_{k}_per_call"]
+        assert t["updates"] == 3 * k * per_payload  # every payload's every step, the last drained
+        assert t["updates_per_s"] > 0 and 0 < t["learner_busy"] <= 1.05  # the CPU learner's steps are its wall
+        assert t["stage_ms_per_step"] > 0 and t["decode_ms_per_step"] > 0
+    assert "Self CPU time total" in report["torch_profile_top"]
+    assert "function calls" in out.stdout  # cProfile's table
+    assert re.match(r"^per_call=2 updates_per_s=[\d.]+ learner_busy=[\d.]+", out.stdout.strip().splitlines()[-1])
