@@ -275,17 +275,15 @@ class LearnerWorker:
             return out
         sec = self._seconds
         t0 = time.perf_counter()
+        host = None
         if all(r.events is not None for r in ready):
             # wait for these payloads' own work only (their last event), not for the steps queued after them
             # (a read of device values would be a copy queued behind every step, the newest payload's too: the
             # GPU would then idle while the host stages the next payload)
             ready[-1].events[2].synchronize()
-            pendings = [p for r in ready for p in r.steps]
-            with_steps = [r.diag_values for r in ready if r.steps]
-            host = torch.cat(with_steps) if len(with_steps) > 1 else with_steps[0] if with_steps else None
-            diags = self.learner.finish_updates(pendings, host_values=host)
-        else:
-            diags = self.learner.finish_updates([p for r in ready for p in r.steps])  # the one sync
+            copies = [r.diag_values for r in ready if r.steps]
+            host = torch.cat(copies) if copies else None
+        diags = self.learner.finish_updates([p for r in ready for p in r.steps], host_values=host)  # the one sync
         sec["sync_s"] += time.perf_counter() - t0
         at = 0
         for r in ready:

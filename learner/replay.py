@@ -94,13 +94,15 @@ def rollout_from_batch(batch: dict, *, obs_dim: int, n_actions: int, finite_chec
                         f"(obs is [T+1, B, D]={tuple(obs.shape)})"
                     )
     if not errs:
-        lo, hi = torch.aminmax(cols["actions"])  # every step in range: no need to look at the valid ones alone
-        a = cols["actions"][cols["valid"]] if lo < 0 or hi >= n_actions else cols["actions"][:0]
-        if a.numel() and (a.min() < 0 or a.max() >= n_actions):
-            errs.append(
-                f"batch['actions'] on valid steps must lie in [0, {n_actions}), "
-                f"got range [{int(a.min())}, {int(a.max())}]"
-            )
+        actions = cols["actions"]
+        # one pass over every step; only when some step is out of range, a look at the valid ones alone
+        if actions.numel() and any(int(x) < 0 or int(x) >= n_actions for x in torch.aminmax(actions)):
+            a = actions[cols["valid"]]
+            if a.numel() and (a.min() < 0 or a.max() >= n_actions):
+                errs.append(
+                    f"batch['actions'] on valid steps must lie in [0, {n_actions}), "
+                    f"got range [{int(a.min())}, {int(a.max())}]"
+                )
         if not cols["valid"].any():
             errs.append("batch['valid'] is False everywhere: the rollout holds no transition")
         for key in () if finite_checked else ("obs", "rewards", "behaviour_logp"):

@@ -375,3 +375,18 @@ def test_finite_checked_skips_only_the_finite_pass():
     batch["actions"][0, 0] = N
     with pytest.raises(ValueError, match=r"actions.*must lie in \[0, 7\)"):
         rollout_from_batch(batch, obs_dim=OBS, n_actions=N, finite_checked=True)
+
+
+def test_only_valid_steps_actions_must_be_in_range():
+    """A step that is not valid (past its book's episode end in the sample) may hold any action: the range check
+    looks at the valid steps alone, on both of its paths (every step in range; some step out of range)."""
+    from learner.replay import rollout_from_batch
+
+    batch = _rollout(np.random.default_rng(29))
+    batch["valid"][:] = True
+    batch["valid"][2, 1] = False
+    batch["actions"][2, 1] = -5  # on the invalid step: accepted
+    assert rollout_from_batch(batch, obs_dim=OBS, n_actions=N).valid_idx.numel() == batch["valid"].size - 1
+    batch["actions"][3, 1] = N  # on a valid one: refused, with the valid steps' range
+    with pytest.raises(ValueError, match=r"actions.*must lie in \[0, 7\), got range \[0, 7\]"):
+        rollout_from_batch(batch, obs_dim=OBS, n_actions=N)
