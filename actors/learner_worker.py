@@ -283,7 +283,7 @@ class LearnerWorker:
             ready[-1].events[2].synchronize()
             copies = [r.diag_values for r in ready if r.steps]
             host = torch.cat(copies) if copies else None
-        diags = self.learner.finish_updates([p for r in ready for p in r.steps], host_values=host)  # the one sync
+        diags = self.learner.finish_updates([p for r in ready for p in r.steps], host_values=host)
         sec["sync_s"] += time.perf_counter() - t0
         at = 0
         for r in ready:
