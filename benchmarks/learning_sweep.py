@@ -5,6 +5,8 @@ episodes every `eval_every` updates, printing one JSON line per score.
     python benchmarks/learning_sweep.py '{"name": "p43", "preset": "phase4_3", "sets": ["learner.lr=3e-3"],
                                           "steps": 10000, "eval_every": 1000, "seconds": 420}'
 
+A spec may also give "settings", "sizing" and "episodes" (held-out episodes a score, 64 by default).
+
 Run many at once, one core each (taskset), on a machine with cores to spare: that is how the presets' 'learn'
 settings and 'cpu' sizing were chosen (BENCHMARKS.md, "Learning quality"; the specs and raw lines are in
 benchmarks/results/learning_sweep_20261202/). The learner uses a GPU when there is one. A spec's "sets" apply on
@@ -57,15 +59,20 @@ def main(spec: dict) -> None:
     worker = RolloutWorker(cfg.rollout, cfg.market, worker_index=0, seed=cfg.seed, weights=learner.policy_weights())
     start, qpa_ema = time.time(), None
     deadline = start + spec.get("seconds", float("inf"))
+    at = 0  # the learner step of the last score
     while learner.step < spec["steps"] and time.time() < deadline:
-        diag = learner.update(worker.sample())
-        qpa_ema = diag["qpa"] if qpa_ema is None else 0.99 * qpa_ema + 0.01 * diag["qpa"]
+        for diag in learner.update(worker.sample()):  # one diag per learner step (learner.minibatch_envs)
+            qpa_ema = diag["qpa"] if qpa_ema is None else 0.99 * qpa_ema + 0.01 * diag["qpa"]
         if learner.step % 4 == 0:
             worker.set_weights(learner.policy_weights())
-        if learner.step % spec["eval_every"] == 0:
+        if learner.step // spec["eval_every"] > at // spec["eval_every"]:
+            at = learner.step
             policy = policy_from_weights(learner.policy_weights())
             res = run_episodes(
-                cfg.market, lambda obs, env, rng, p=policy: p.act(obs, greedy=True)[0], 64, heldout_seed(0)
+                cfg.market,
+                lambda obs, env, rng, p=policy: p.act(obs, greedy=True)[0],
+                spec.get("episodes", 64),
+                heldout_seed(0),
             )
             pnl = res.pnl_usd
             line = {"name": spec["name"], "step": learner.step, "t": round(time.time() - start)}
