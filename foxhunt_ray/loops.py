@@ -348,7 +348,9 @@ class _Drive:
     """The Ray loop. Each rollout actor has one sample in flight; finished samples wait in `ready` until the
     learner actor takes them, all at once, in a call (at most MAX_CALLS_IN_FLIGHT calls queued on it). A worker
     whose sample finishes while `drv.max_payloads_waiting` payloads already wait for the learner (ready or in a
-    call) idles until the learner catches up: that bounds the policy lag (docs/system.md, "Policy lag"). A sample in
+    call) idles until the learner catches up: that bounds the policy lag (docs/system.md, "Policy lag"). Broadcast
+    weights go to the rollout actors once the learner has made them, never as a pending ref that would hold up
+    an actor's next sample. A sample in
     flight longer than `drv.sample_timeout_s` (STARTUP_GRACE_S for an actor's first) has its actor killed for Ray to
     restart it (`_restart_silent`); a learner call unanswered for `drv.learner_timeout_s` has the learner actor
     killed, for the driver to replace it as one that died (`_kill_stuck_learner`)."""
@@ -393,23 +395,34 @@ class _Drive:
         idle: list[int] = []
         calls: list[tuple] = []  # (answer ref, payloads in it), in submission order
         learner_step = broadcast_at = plan.resume_step
+        # Policy weights asked of the learner, sent to the rollout actors only once the learner has answered: an
+        # actor runs its calls in order, so a set_weights whose argument is still being made would hold up the
+        # actor's next sample until the learner got to it (behind its queued update calls).
+        asked_weights = None
         lost_in_a_row, code, starved = 0, None, None
         self.start = time.monotonic()
 
         def waiting() -> int:
             return len(ready) + sum(n for _, n in calls)
 
-        def resume_idle() -> None:
-            while idle and waiting() < drv.max_payloads_waiting:
+        def dispatched() -> int:
+            """The learner step once every payload sent to it is trained on."""
+            return learner_step + per_payload * sum(n for _, n in calls)
+
+        def wanted() -> bool:
+            """Whether the run still wants samples: steps left beyond those dispatched, and time left."""
+            return dispatched() < drv.steps and not drv.out_of_time(self.start)
+
+        def resume_idle() -> None:  # an actor idle while no more samples are wanted stays idle: none is wasted
+            while idle and waiting() < drv.max_payloads_waiting and wanted():
                 ask(idle.pop(0))
 
         while True:
             t0 = time.monotonic()
-            dispatched = learner_step + per_payload * sum(n for _, n in calls)
-            more = dispatched < drv.steps and not drv.out_of_time(self.start)
+            more = wanted()
             if more and ready and len(calls) < MAX_CALLS_IN_FLIGHT:
                 # nested: the learner fetches the payloads itself; the monitor actor takes the learner's answer
-                progress = drv.progress(dispatched, self.start)
+                progress = drv.progress(dispatched(), self.start)
                 answer = monitor.record_update(learner.update_from.remote(ready, drv.steps, progress))
                 calls.append((answer, len(ready)))
                 self.call_sent[answer] = time.monotonic()
@@ -419,6 +432,8 @@ class _Drive:
             if not calls and not (more and samples):
                 break
             wait_on = ([*samples] if more else []) + [c for c, _ in calls[:1]]
+            if asked_weights is not None:
+                wait_on.append(asked_weights)
             timeout = self._wait_timeout(samples if more else {}, asked, calls[0][0] if calls else None)
             found, _ = ray.wait(wait_on, num_returns=1, timeout=timeout)
             t1 = time.monotonic()
@@ -430,7 +445,11 @@ class _Drive:
             (done,) = found
             if drv.time_limit_s and not self.snapshots and t1 - self.start >= drv.time_limit_s / 2:
                 self.snapshots.append(learner.timings.remote())  # queued behind the calls: no wait here
-            if calls and done == calls[0][0]:
+            if done == asked_weights:
+                for w in workers:
+                    w.set_weights.remote(asked_weights)
+                asked_weights = None
+            elif calls and done == calls[0][0]:
                 calls.pop(0)
                 self.call_sent.pop(done, None)
                 answer = ray.get(done)  # ready: this does not block
@@ -455,11 +474,9 @@ class _Drive:
                 step = int(monitor.last["step"])
                 if self.hook is not None:
                     self.hook(step, workers)
-                if step // drv.broadcast_every > broadcast_at // drv.broadcast_every:
+                if step // drv.broadcast_every > broadcast_at // drv.broadcast_every and asked_weights is None:
                     broadcast_at = step
-                    weights = learner.policy_weights.remote()
-                    for w in workers:
-                        w.set_weights.remote(weights)
+                    asked_weights = learner.policy_weights.remote()  # sent on once ready (above)
                 resume_idle()
             else:
                 i = samples.pop(done)

@@ -236,6 +236,73 @@ def test_ray_smoke_run(tmp_path, ray_local, monkeypatch):
     assert first in (100, 101) and last == 200
 
 
+def _slow_weights_roles(gaps_dir: Path, sleep_s: float, sample_s: float):
+    """(a RayLearnerWorker whose policy_weights takes sleep_s after its first call, a RolloutWorker whose samples
+    take sample_s at least and that appends to gaps_dir the seconds between the end of each of its samples and the
+    start of its next). Made inside a function, so Ray ships them by value (the actors' processes cannot import
+    this test module)."""
+    import os
+    import time as clock
+
+    from actors.rollout import RolloutWorker
+    from foxhunt_ray.remote import RayLearnerWorker
+
+    # Each defines __init__: the class it derives from goes to the actor by value too (the module attribute it is
+    # found by names the subclass while the test runs), and without one, super() there refused the actor.
+    class SlowWeightsLearner(RayLearnerWorker):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.asked = 0
+
+        def policy_weights(self):
+            self.asked += 1
+            if self.asked > 1:  # the first: the rollout actors' constructor weights
+                clock.sleep(sleep_s)
+            return super().policy_weights()
+
+    class GapRecordingWorker(RolloutWorker):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.last_end = None
+
+        def sample(self, n_steps=None):
+            start, last = clock.monotonic(), self.last_end
+            if last is not None:
+                with open(gaps_dir / f"{self.worker_index}-{os.getpid()}", "a") as f:
+                    f.write(f"{start - last}\n")
+            try:
+                clock.sleep(sample_s)
+                return super().sample(n_steps)
+            finally:
+                self.last_end = clock.monotonic()
+
+    return SlowWeightsLearner, GapRecordingWorker
+
+
+def test_ray_rollout_actors_never_wait_for_weights_the_learner_has_not_made(tmp_path, ray_local, monkeypatch):
+    """The driver sends broadcast weights to the rollout actors only once the learner has made them. A rollout
+    actor runs its calls in order, so a set_weights whose argument the learner had not yet made (its
+    policy_weights queued behind its update calls) held the actor's next sample until it was; here the learner
+    takes 2 s to hand out weights, and no actor waits anywhere near that between two samples. (Samples of 0.1 s
+    or more and --max-payloads-waiting 64: the learner's window never fills; an actor idle once no more samples
+    are wanted is not asked again.) The weights still arrive: later batches were acted with newer weights."""
+    from foxhunt_ray import remote
+
+    gaps_dir = tmp_path / "gaps"
+    gaps_dir.mkdir()
+    learner_cls, worker_cls = _slow_weights_roles(gaps_dir, sleep_s=2.0, sample_s=0.1)
+    monkeypatch.setattr(remote, "RayLearnerWorker", learner_cls)
+    monkeypatch.setattr(remote, "RolloutWorker", worker_cls)
+    flags = ("--steps", "120", "--broadcast-every", "2", "--max-payloads-waiting", "64")
+    code, run_dir = run(tmp_path, *flags, serial=False)
+    monkeypatch.undo()
+    assert code == 0
+    steps = assert_steps(run_dir, 120)
+    gaps = [float(x) for f in gaps_dir.iterdir() for x in f.read_text().split()]
+    assert len(gaps) >= 100 and max(gaps) < 1.0, sorted(gaps)[-5:]
+    assert min(r["policy_lag"] - (r["step"] - 1) for r in steps) < 0  # some batch acted with broadcast weights
+
+
 def test_ray_rollout_actor_killed_mid_run_is_restarted(tmp_path, ray_local):
     killed = []
 
