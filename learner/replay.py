@@ -96,7 +96,8 @@ def rollout_from_batch(batch: dict, *, obs_dim: int, n_actions: int, finite_chec
     if not errs:
         actions = cols["actions"]
         # one pass over every step; only when some step is out of range, a look at the valid ones alone
-        if actions.numel() and any(int(x) < 0 or int(x) >= n_actions for x in torch.aminmax(actions)):
+        lo, hi = torch.aminmax(actions) if actions.numel() else (0, 0)
+        if int(lo) < 0 or int(hi) >= n_actions:
             a = actions[cols["valid"]]
             if a.numel() and (a.min() < 0 or a.max() >= n_actions):
                 errs.append(
