@@ -32,6 +32,7 @@ import torch  # noqa: E402
 
 from actors.learner_worker import LearnerWorker  # noqa: E402
 from actors.rollout import RolloutWorker  # noqa: E402
+from foxhunt_ray.config import apply_overrides  # noqa: E402
 from foxhunt_ray.presets import run_preset  # noqa: E402
 
 
@@ -76,12 +77,14 @@ def main() -> None:
                    "actor, num_cpus=1)")
     p.add_argument("--samples", type=int, default=3, help="distinct payloads made, replayed in turn")
     p.add_argument("--device", default=None, help="default: cuda when there is one (cpu: a check of this script)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a config override, as the "
+                   "main job's --set (e.g. learner.q_batch_size=4096)")
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args()
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     torch.set_num_threads(args.torch_threads)
     per_call = [int(x) for x in str(args.per_call).split(",")]
-    cfg = run_preset(args.preset, sizing=args.sizing).validate()
+    cfg = apply_overrides(run_preset(args.preset, sizing=args.sizing), args.set).validate()
     t0 = time.perf_counter()
     roll = RolloutWorker(cfg.rollout, cfg.market, worker_index=0, seed=0)
     worker = LearnerWorker(cfg.learner, obs_dim=roll.obs_dim, n_actions=roll.n_actions, device=device)
@@ -95,7 +98,7 @@ def main() -> None:
     ):
         worker.train(payloads[:1], wait=True)
     worker.drain()
-    report = {"preset": args.preset, "sizing": args.sizing, "torch_threads": args.torch_threads,
+    report = {"preset": args.preset, "sizing": args.sizing, "overrides": args.set, "torch_threads": args.torch_threads,
               "steps_per_payload": cfg.rollout.num_envs // (cfg.learner.minibatch_envs or cfg.rollout.num_envs),
               "device": torch.cuda.get_device_name() if device == "cuda" else "cpu", "torch": torch.__version__}
     for k in per_call:

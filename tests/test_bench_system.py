@@ -43,7 +43,7 @@ def test_profile_learner_times_every_part_of_the_learners_host_path(tmp_path):
     sizing: one timed run per payloads-a-call setting, every step counted, the profiles printed, the last lines."""
     cmd = [sys.executable, "benchmarks/profile_learner.py", "--sizing", "cpu", "--calls", "3", "--samples", "2"]
     out = subprocess.run(
-        [*cmd, "--per-call", "1,2", "--json", str(tmp_path / "p.json")],
+        [*cmd, "--per-call", "1,2", "--set", "learner.q_batch_size=128", "--json", str(tmp_path / "p.json")],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
     )
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
@@ -51,6 +51,7 @@ def test_profile_learner_times_every_part_of_the_learners_host_path(tmp_path):
 
     report = json.loads((tmp_path / "p.json").read_text())
     per_payload = report["steps_per_payload"]
+    assert report["overrides"] == ["learner.q_batch_size=128"]
     for k in (1, 2):
         t = report[f"timed_{k}_per_call"]
         assert t["updates"] == 3 * k * per_payload  # every payload's every step, the last drained
