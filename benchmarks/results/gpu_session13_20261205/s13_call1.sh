@@ -1,4 +1,4 @@
-# NOT RUN: planned for session 13, but no device machine could be started for it (eleven tries); kept for the next session.
+# NOT RUN: planned for session 13, but no device machine could be started for it (about fourteen failed starts between 12:47 and 14:47 UTC); kept for the next session.
 # Session 13 call 1: issue 12 re-checked in one call on HEAD (029ab5c): build, every kernel against its reference,
 # the learner's CUDA tests (graph against eager, TF32 tolerances), compute-sanitizer memcheck and racecheck, the
 # op timings, the part-3 update table (custom kernels against the reference ops in the same graph), then the whole

@@ -1,4 +1,4 @@
-# NOT RUN: planned for session 13, but no device machine could be started for it (eleven tries); kept for the next session.
+# NOT RUN: planned for session 13, but no device machine could be started for it (about fourteen failed starts between 12:47 and 14:47 UTC); kept for the next session.
 # Session 13 call 3 (the H100 of call 2, kept warm): the third seed of the 5-step probe (call 2: N0, N1), then the
 # bare command (n_step 3, the default) on seed 0 on this same card, the baseline these runs compare against (the
 # earlier bare-command runs were all on the H200).
