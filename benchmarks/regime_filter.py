@@ -218,7 +218,8 @@ def main(argv: list[str] | None = None) -> int:
     for k, m in metrics.items():
         print(_row(k, m, om))
     paired = runs["filter"].pnl_usd - runs["oracle"].pnl_usd
-    print(f"filter - oracle, paired: {paired.mean():+.1f} +- {paired.std() / np.sqrt(paired.size):.1f}")
+    paired_mean, paired_sem = float(paired.mean()), float(paired.std() / np.sqrt(paired.size))
+    print(f"filter - oracle, paired: {paired_mean:+.1f} +- {paired_sem:.1f}")
     print(f"regime tracking: argmax posterior == latent regime on {filt.accuracy:.4f} of steps")
     print("confusion (rows: true z -1/0/+1, cols: argmax -1/0/+1, fraction of each row):")
     conf = filt.confusion / np.maximum(filt.confusion.sum(axis=1, keepdims=True), 1)
@@ -245,8 +246,8 @@ def main(argv: list[str] | None = None) -> int:
             "metrics": metrics,
             "fraction_of_oracle": {k: m["pnl_usd_mean"] / om for k, m in metrics.items()},
             "filter_minus_oracle_paired": {
-                "mean": float(paired.mean()),
-                "sem": float(paired.std() / np.sqrt(paired.size)),
+                "mean": paired_mean,
+                "sem": paired_sem,
             },
         }
         with open(args.json, "w") as fh:
