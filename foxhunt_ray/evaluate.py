@@ -46,6 +46,7 @@ from foxhunt_ray.evaluations import (
 from foxhunt_ray.plan import DriverConfig
 from foxhunt_ray.run_folder import RunFolderError, read_config, resolve_run_dir
 from foxhunt_ray.storage import StorageError, fetch_to_temp, is_uri
+from learner.config import LearnerConfig
 from learner.network import NET_FIELDS, MainNet, PolicyNet, flatten_parameters_, main_net, policy_from_weights
 from lobsim_env import ENV_ID, LobVectorEnv, MarketConfig, seeds
 from lobsim_env.baselines import NEEDS_LATENT_REGIME, POLICIES, Policy, run_episodes
@@ -175,36 +176,50 @@ def load_agent(
             "the run (evaluate with the code that trained it, e.g. git checkout its code_sha) or, for --lobster, "
             "the replay market does not build the observation the policy was trained on"
         )
-    with torch.random.fork_rng(devices=[]):  # the throwaway initial weights leave the caller's RNG alone
-        net = main_net(cfg, obs_dim, n_actions)
-    flat, _ = flatten_parameters_(net)
     main = learner.get("main")
     key = "target_flat" if weights == "target" else "flat"
     saved = main.get(key) if isinstance(main, dict) else None
     if not torch.is_tensor(saved) or not saved.is_floating_point():
         raise EvaluationError(f"{path} holds no learner main.{key} parameters (damaged?); {_another(path)}")
-    if tuple(saved.shape) != tuple(flat.shape):
+    try:
+        net, policy = networks_from_flat(saved, cfg, obs_dim, n_actions)
+    except ValueError as err:
         raise EvaluationError(
-            f"{path} main.{key} has {tuple(saved.shape)} parameters, the network of config.json (hidden_dim="
-            f"{cfg.hidden_dim}, encoder_layers={cfg.encoder_layers}, n_atoms={cfg.n_atoms}, obs_dim={obs_dim}) "
-            f"has {tuple(flat.shape)}: the checkpoint does not belong to this config; {_another(path)}"
+            f"{path} main.{key}: {err}: the checkpoint does not belong to this config; {_another(path)}"
+        ) from None
+    if head == "pi":
+        return _greedy_pi(policy), step
+    support = torch.linspace(cfg.v_min, cfg.v_max, cfg.n_atoms)
+    return _greedy_q(net, support, cfg.ensemble_w, cfg.iqn_taus), step
+
+
+def networks_from_flat(
+    saved: torch.Tensor, cfg: LearnerConfig, obs_dim: int, n_actions: int
+) -> tuple[MainNet, PolicyNet]:
+    """The main network of `cfg` holding the flat parameters `saved` (a checkpoint's main.flat or target_flat),
+    and its encoder + policy head as the rollout actors' PolicyNet, both in eval mode on the CPU. The caller's RNG
+    is left alone. ValueError naming both sizes when `saved` does not fit the network."""
+    with torch.random.fork_rng(devices=[]):  # the throwaway initial weights leave the caller's RNG alone
+        net = main_net(cfg, obs_dim, n_actions)
+    flat, _ = flatten_parameters_(net)
+    if tuple(saved.shape) != tuple(flat.shape):
+        raise ValueError(
+            f"{tuple(saved.shape)} parameters, but the network of hidden_dim={cfg.hidden_dim}, encoder_layers="
+            f"{cfg.encoder_layers}, n_atoms={cfg.n_atoms}, obs_dim={obs_dim} has {tuple(flat.shape)}"
         )
     with torch.no_grad():
         flat.copy_(saved)
     net.eval()
-    if head == "pi":
-        policy = policy_from_weights(
-            {
-                "obs_dim": obs_dim,
-                "n_actions": n_actions,
-                "hidden_dim": cfg.hidden_dim,
-                "encoder_layers": cfg.encoder_layers,
-                "state": {k: v for k, v in net.state_dict().items() if k.startswith(("encoder.", "pi."))},
-            }
-        ).eval()
-        return _greedy_pi(policy), step
-    support = torch.linspace(cfg.v_min, cfg.v_max, cfg.n_atoms)
-    return _greedy_q(net, support, cfg.ensemble_w, cfg.iqn_taus), step
+    policy = policy_from_weights(
+        {
+            "obs_dim": obs_dim,
+            "n_actions": n_actions,
+            "hidden_dim": cfg.hidden_dim,
+            "encoder_layers": cfg.encoder_layers,
+            "state": {k: v for k, v in net.state_dict().items() if k.startswith(("encoder.", "pi."))},
+        }
+    ).eval()
+    return net, policy
 
 
 def _greedy_pi(policy: PolicyNet) -> Policy:
