@@ -16,6 +16,11 @@ sets, and these ways of turning several snapshots into one policy, each scored o
 - `mean_last_half`: the average test PnL of the last half's snapshots (what a random stopping point gives);
 - `ensemble_K`: the greedy action of the mean of the last K snapshots' policy probabilities;
 - `weight_avg_K`: one policy whose parameters are the mean of the last K snapshots'.
+
+    python benchmarks/snapshot_eval.py runs RUN_DIR RUN_DIR ... --episodes 256 --json out.json
+
+`runs` does the same across runs (other seeds, say): each run's newest checkpoint alone, and the greedy action of
+the mean of their policy probabilities, on the same two sets of episodes.
 """
 
 from __future__ import annotations
@@ -150,6 +155,50 @@ def evaluate(run_dir: Path, snapshots: Path, episodes: int, val_fold: int, ks: l
     }
 
 
+def across_runs(run_dirs: list[Path], episodes: int, val_fold: int) -> dict:
+    """Each run's newest checkpoint alone, and the mean of their policy probabilities, on the validation and
+    test sets of the first run's fold (every run must share its market and fold)."""
+    run, driver, _ = load_run(run_dirs[0])
+    market, _ = evaluation_market(run, None, None)
+    env = LobVectorEnv(1, market)
+    obs_dim, n_actions = int(env.single_observation_space.shape[0]), int(env.single_action_space.n)
+    if val_fold == driver.fold:
+        raise SystemExit(f"--val-fold={val_fold} is the runs' own fold, the test set: pick another")
+    sets = {"val": heldout_seed(val_fold), "test": heldout_seed(driver.fold)}
+    policies, rows = [], []
+    for rd in run_dirs:
+        r, d, _ = load_run(rd)
+        if r.market != run.market or d.fold != driver.fold:
+            raise SystemExit(f"{rd}: another market or fold than {run_dirs[0]}; compare runs of one market and fold")
+        found = latest_checkpoint(rd)
+        if found is None:
+            raise SystemExit(f"{rd}: no checkpoint")
+        flat = read_checkpoint(found[1], mmap=True)["learner"]["main"]["flat"]
+        policies.append(networks_from_flat(flat, r.learner, obs_dim, n_actions)[1].to(DEVICE))
+        rows.append({"run_dir": str(rd), "seed": r.seed, "step": found[0]})
+
+    def score(policy) -> dict[str, float]:
+        return {n: float(run_episodes(market, policy, episodes, s).metrics()["pnl_usd_mean"]) for n, s in sets.items()}
+
+    refs = {name: score(POLICIES[name]) for name in ("oracle", "imbalance")}
+    for row, pol in zip(rows, policies, strict=True):
+        row.update(score(_greedy([pol])))
+        print(f"seed {row['seed']} step {row['step']}: val {row['val']:.0f} test {row['test']:.0f}", flush=True)
+    ensemble = score(_greedy(policies))
+    return {
+        "episodes": episodes,
+        "sets": sets,
+        "references": refs,
+        "runs": rows,
+        "ensemble": ensemble,
+        "test_fraction_of_oracle": {
+            "runs": [r["test"] / refs["oracle"]["test"] for r in rows],
+            "mean_of_runs": float(np.mean([r["test"] for r in rows])) / refs["oracle"]["test"],
+            "ensemble": ensemble["test"] / refs["oracle"]["test"],
+        },
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -165,10 +214,25 @@ def main(argv: list[str] | None = None) -> int:
     e.add_argument("--val-fold", type=int, default=1)
     e.add_argument("--ensemble", type=int, nargs="*", default=[4, 8])
     e.add_argument("--json", type=Path)
+    r = sub.add_parser("runs", help="several runs' newest checkpoints alone and as one ensemble")
+    r.add_argument("run_dirs", type=Path, nargs="+")
+    r.add_argument("--episodes", type=int, default=256)
+    r.add_argument("--val-fold", type=int, default=1)
+    r.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
     if args.cmd == "watch":
         return watch(args.out, args.every, args.snapshots, args.timeout)
     torch.set_num_threads(max(1, min(8, torch.get_num_threads())))
+    if args.cmd == "runs":
+        result = across_runs(args.run_dirs, args.episodes, args.val_fold)
+        f = result["test_fraction_of_oracle"]
+        print(
+            f"of the oracle on the test set: runs {', '.join(f'{x:.3f}' for x in f['runs'])} (mean "
+            f"{f['mean_of_runs']:.3f}); ensemble {f['ensemble']:.3f}"
+        )
+        if args.json:
+            args.json.write_text(json.dumps(result, indent=1))
+        return 0
     result = evaluate(args.run_dir, args.snapshots, args.episodes, args.val_fold, args.ensemble)
     oracle = result["references"]["oracle"]
     print(

@@ -65,3 +65,14 @@ def test_the_run_s_own_fold_is_refused_as_the_validation_set(run_dir, tmp_path):
     snapshot_eval.take_snapshot(run_dir / "checkpoints" / "ckpt_00000008.pt", snaps)
     with pytest.raises(SystemExit, match="--val-fold=0 is the run's own fold"):
         snapshot_eval.evaluate(run_dir, snaps, EPISODES, val_fold=0, ks=[])
+
+
+def test_runs_score_alone_as_evaluate_does_and_an_ensemble_of_one_policy_twice_is_that_policy(run_dir):
+    result = snapshot_eval.across_runs([run_dir, run_dir], EPISODES, val_fold=1)
+    agent = evaluate_run(run_dir, episodes=EPISODES, write=False)["policies"]["agent"]["pnl_usd_mean"]
+    assert [r["step"] for r in result["runs"]] == [8, 8]
+    assert [r["test"] for r in result["runs"]] == pytest.approx([agent, agent])
+    alone = result["runs"][0]
+    assert result["ensemble"] == {"val": alone["val"], "test": alone["test"]}
+    with pytest.raises(SystemExit, match="--val-fold=0 is the runs' own fold"):
+        snapshot_eval.across_runs([run_dir], EPISODES, val_fold=0)
