@@ -1,0 +1,202 @@
+"""How late the market's observable flow tells a regime change, and what that lateness costs the oracle.
+
+Two measurements on the synthetic market (the phase4_3 preset's), to place the learned agent's 0.75-0.80 of the
+oracle (BENCHMARKS.md, "Where the learning stops"):
+
+1. **The oracle, told late.** `DelayedOracle(d)` trades as the oracle does (market orders towards
+   position_limit * z) on the regime of d steps ago, and flat for an episode's first d steps: a detector with a
+   fixed delay and no false alarms. Scored on fold 0's held-out episodes.
+2. **How late a Bayes filter learns of a change.** The forward (HMM) filter of benchmarks/regime_filter.py run
+   on the step's signed market-order volume (`flow`), on the order flow imbalance at the best quotes (`ofi`,
+   Cont, Kukanov and Stoikov 2014: the best bid's size change where its price held or rose, minus the best ask's,
+   which counts limit orders, cancels and trades there), and on both (`flow+ofi`, a joint emission). Books held
+   flat, emissions fitted on training seeds, scored on other seeds. Per regime change: the steps until the
+   filter's most probable regime first equals the new one ("delay"), or none before the regime ends
+   ("undetected"); and the share of steps on which it is right.
+
+The filter with both inputs is the best detector here, and it still learns of a change about 20 steps late on
+the median and never on about a sixth of them; an oracle 20 steps late and never wrong makes 0.83 of the oracle.
+
+    python benchmarks/detection_limit.py --episodes 256 --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import regime_filter as rf
+
+from lobsim_env.baselines import _position, _trade_towards, run_episodes
+from lobsim_env.config import MarketConfig
+from lobsim_env.env import LobVectorEnv
+from lobsim_env.market import Action, obs_index
+from lobsim_env.seeds import heldout_seed
+from lobsim_env.synthetic import book as bk
+
+DELAYS = (0, 5, 10, 20, 30, 50, 80)
+MAX_OFI = 12
+"""The OFI histogram spans -MAX_OFI..MAX_OFI contracts a step (clipped)."""
+FIT_SEED, SCORE_SEED = rf.FIT_SEED, 30_000
+"""Training seeds of the emission fits, and the seeds the filters are scored on (both far below the held-out)."""
+
+
+class DelayedOracle:
+    """The oracle told the regime `delay` steps late: target position_limit * z(t - delay), 0 for an episode's
+    first `delay` steps; moved with market orders one contract a step, as the oracle does."""
+
+    def __init__(self, delay: int):
+        self.delay = delay
+        self.history: np.ndarray | None = None  # [delay + 1, B]: z(t), z(t-1), ...
+        self.age: np.ndarray | None = None
+
+    def __call__(self, obs: np.ndarray, env: LobVectorEnv, rng: np.random.Generator) -> np.ndarray:
+        cfg = env.config
+        if self.history is None or self.history.shape[1] != obs.shape[0]:
+            self.history = np.zeros((self.delay + 1, obs.shape[0]), np.int64)
+            self.age = np.zeros(obs.shape[0], np.int64)
+        new = obs[:, obs_index(cfg)["time_left"]] >= 1.0 - 0.5 / cfg.horizon  # step 0 of an episode
+        self.age = np.where(new, 0, self.age + 1)
+        self.history = np.roll(self.history, 1, axis=0)
+        self.history[0] = env.latent_regime()
+        target = np.where(self.age >= self.delay, self.history[self.delay], 0) * cfg.position_limit
+        return _trade_towards(_position(obs, cfg), target)
+
+
+def best_quotes(env: LobVectorEnv) -> tuple[np.ndarray, ...]:
+    """(bid price, ask price, bid size, ask size) at the best quotes of every book, absolute ticks and units."""
+    b = env._state.book  # the env keeps its market state private; this measurement reads the book itself
+    rows = np.arange(b.n_books)
+    bid, ask = b.best[:, bk.BID], b.best[:, bk.ASK]
+    return (
+        (b.base + bid).astype(np.int64),
+        (b.base + ask).astype(np.int64),
+        *(b.depth[rows, side, best].astype(np.int64) for side, best in ((0, bid), (1, ask))),
+    )
+
+
+def order_flow_imbalance(before: tuple[np.ndarray, ...], after: tuple[np.ndarray, ...]) -> np.ndarray:
+    """Cont, Kukanov and Stoikov's OFI between two snapshots of the best quotes: bid size added where the bid held
+    or rose, bid size lost where it held or fell, and the mirror image for the ask (with the opposite sign)."""
+    pb0, pa0, qb0, qa0 = before
+    pb, pa, qb, qa = after
+    return (pb >= pb0) * qb - (pb <= pb0) * qb0 - (pa <= pa0) * qa + (pa >= pa0) * qa0
+
+
+def flows(cfg: MarketConfig, books: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """[horizon, books] signed market-order volume, OFI (both clipped) and the latent regime, books held flat."""
+    env = LobVectorEnv(books, cfg)
+    obs, _ = env.reset(seed=seed)
+    quotes, hold = best_quotes(env), np.full(books, Action.HOLD, np.int64)
+    xs, es, zs = [], [], []
+    for _ in range(cfg.horizon):
+        nxt, *_ = env.step(hold)
+        now = best_quotes(env)
+        xs.append(np.clip(rf.recovered_flow(nxt, obs, cfg), -rf.MAX_X, rf.MAX_X))
+        es.append(np.clip(order_flow_imbalance(quotes, now), -MAX_OFI, MAX_OFI))
+        zs.append(env.latent_regime().copy())
+        obs, quotes = nxt, now
+    env.close()
+    return np.array(xs), np.array(es), np.array(zs)
+
+
+def emission(z: np.ndarray, *cols: tuple[np.ndarray, int]) -> np.ndarray:
+    """P(values | z) over the joint histogram of the columns (each (values, half width)), add-one smoothed and
+    pooled with its mirror image (the flow is symmetric: P(v | z) = P(-v | -z))."""
+    shape = (3, *(2 * k + 1 for _, k in cols))
+    counts = np.ones(shape)
+    np.add.at(counts, (z.ravel() + 1, *(v.ravel() + k for v, k in cols)), 1)
+    counts = 0.5 * (counts + np.flip(counts))
+    return counts / counts.sum(axis=tuple(range(1, counts.ndim)), keepdims=True)
+
+
+def detection(z: np.ndarray, loglik: np.ndarray, switch_prob: float) -> dict[str, float]:
+    """The forward filter over [horizon, B, 3] log-likelihoods; its accuracy and delays against z [horizon, B]."""
+    trans = rf.transition_matrix(switch_prob)
+    post = np.full((z.shape[1], 3), 1 / 3)
+    best = np.empty_like(z)
+    for t in range(z.shape[0]):
+        lp = np.log(post @ trans) + loglik[t]
+        lp -= lp.max(axis=1, keepdims=True)
+        post = np.exp(lp)
+        post /= post.sum(axis=1, keepdims=True)
+        best[t] = post.argmax(axis=1) - 1
+    delays, undetected = [], 0
+    for b in range(z.shape[1]):
+        starts = np.flatnonzero(np.diff(z[:, b]) != 0) + 1
+        if starts.size == 0:  # no change in this episode
+            continue
+        for s, e in zip(starts, np.append(starts[1:], z.shape[0]), strict=True):
+            hit = np.flatnonzero(best[s:e, b] == z[s, b])
+            if hit.size:
+                delays.append(int(hit[0]))
+            else:
+                undetected += 1
+    d = np.array(delays)
+    return {
+        "accuracy": float((best == z).mean()),
+        "changes": int(d.size + undetected),
+        "delay_median": float(np.median(d)),
+        "delay_mean": float(d.mean()),
+        "undetected": undetected / (d.size + undetected),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    from foxhunt_ray.presets import run_preset
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--episodes", type=int, default=256, help="held-out episodes for the delayed oracles")
+    ap.add_argument("--fit-books", type=int, default=256, help="training books of the emission fits")
+    ap.add_argument("--score-books", type=int, default=512, help="books the filters are scored on")
+    ap.add_argument("--json", help="write the figures here")
+    args = ap.parse_args(argv)
+    t0 = time.time()
+    cfg = run_preset("phase4_3").market
+    seed = heldout_seed(0)
+    oracle = run_episodes(cfg, DelayedOracle(0), args.episodes, seed).metrics()["pnl_usd_mean"]
+    late = {}
+    print(f"the oracle told the regime late: {args.episodes} held-out episodes (fold 0)")
+    for d in DELAYS:
+        m = run_episodes(cfg, DelayedOracle(d), args.episodes, seed).metrics()
+        late[d] = {"pnl_usd_mean": m["pnl_usd_mean"], "pnl_usd_sem": m["pnl_usd_sem"]}
+        frac = m["pnl_usd_mean"] / oracle
+        print(f"  {d:>3} steps late: {m['pnl_usd_mean']:8.1f} +- {m['pnl_usd_sem']:.1f}  {frac:.3f} of the oracle")
+    x, e, z = flows(cfg, args.fit_books, FIT_SEED)
+    em = {
+        "flow": emission(z, (x, rf.MAX_X)),
+        "ofi": emission(z, (e, MAX_OFI)),
+        "flow+ofi": emission(z, (x, rf.MAX_X), (e, MAX_OFI)),
+    }
+    x, e, z = flows(cfg, args.score_books, SCORE_SEED)
+    logliks = {
+        "flow": np.log(em["flow"][:, x + rf.MAX_X]),
+        "ofi": np.log(em["ofi"][:, e + MAX_OFI]),
+        "flow+ofi": np.log(em["flow+ofi"][:, x + rf.MAX_X, e + MAX_OFI]),
+    }
+    filters = {}
+    print(f"the Bayes filter, books held flat ({args.score_books} books x {cfg.horizon} steps, seeds {SCORE_SEED}+i)")
+    for name, ll in logliks.items():
+        r = detection(z, np.moveaxis(ll, 0, -1), cfg.synthetic.regime_switch_prob)
+        filters[name] = r
+        print(
+            f"  {name:<9} right on {r['accuracy']:.3f} of steps; a change seen after {r['delay_median']:.0f} steps "
+            f"(median; mean {r['delay_mean']:.1f}), never on {r['undetected']:.3f} of {r['changes']} changes"
+        )
+    print(f"wall {time.time() - t0:.0f} s")
+    if args.json:
+        out = {"episodes": args.episodes, "heldout_seed": seed, "oracle_pnl_usd": oracle, "late_oracle": late}
+        out |= {"fit_seed": FIT_SEED, "score_seed": SCORE_SEED, "filters": filters, "max_ofi": MAX_OFI}
+        Path(args.json).write_text(json.dumps(out, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

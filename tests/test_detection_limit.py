@@ -1,0 +1,56 @@
+"""benchmarks/detection_limit.py: the oracle told the regime late, OFI, and the filter's detection delays."""
+
+import dataclasses
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from foxhunt_ray.presets import run_preset
+from lobsim_env.baselines import oracle, run_episodes
+from lobsim_env.seeds import heldout_seed
+
+_SPEC = importlib.util.spec_from_file_location(
+    "detection_limit", Path(__file__).resolve().parents[1] / "benchmarks" / "detection_limit.py"
+)
+dl = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(dl)
+
+CFG = run_preset("phase4_3").market
+
+
+def test_told_at_once_it_is_the_oracle_and_never_told_it_stays_flat():
+    seed = heldout_seed(0)
+    short = dataclasses.replace(CFG, horizon=300)
+    now = run_episodes(short, dl.DelayedOracle(0), 16, seed).pnl_usd
+    assert np.array_equal(now, run_episodes(short, oracle, 16, seed).pnl_usd)
+    never = run_episodes(short, dl.DelayedOracle(short.horizon), 16, seed)
+    assert np.all(never.pnl_usd == 0) and np.all(never.metrics()["fills_mean"] == 0)
+    late = run_episodes(short, dl.DelayedOracle(50), 16, seed).pnl_usd
+    assert not np.array_equal(late, now)
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "ofi"),
+    [
+        ((100, 101, 5, 4), (100, 101, 7, 4), 2),  # a bid of 2 joined the best bid
+        ((100, 101, 5, 4), (100, 101, 5, 1), 3),  # 3 left the best ask (a buy or cancels)
+        ((100, 101, 5, 4), (101, 102, 3, 6), 3 + 4),  # both moved up: the new bid counts, the old ask is gone
+        ((100, 101, 5, 4), (99, 101, 6, 4), -5),  # the best bid was taken out: its 5 are lost
+    ],
+)
+def test_order_flow_imbalance(before, after, ofi):
+    as_arrays = [tuple(np.array([v]) for v in snap) for snap in (before, after)]
+    assert dl.order_flow_imbalance(*as_arrays)[0] == ofi
+
+
+def test_a_filter_that_reads_the_regime_sees_each_change_at_once():
+    rng = np.random.default_rng(0)
+    z = np.repeat(rng.integers(-1, 2, size=(20, 4)), 50, axis=0)  # [1000, 4], changes every 50 steps at most
+    loglik = np.where(np.arange(3)[None, None, :] == (z + 1)[:, :, None], 0.0, -50.0)
+    r = dl.detection(z, loglik, 0.005)
+    assert r["accuracy"] == 1.0 and r["delay_median"] == 0 and r["undetected"] == 0
+    assert r["changes"] == int((np.diff(z, axis=0) != 0).sum())
+    blind = dl.detection(z, np.zeros_like(loglik), 0.005)  # no information: it never leaves its first guess
+    assert blind["accuracy"] < 0.6
