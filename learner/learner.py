@@ -507,24 +507,23 @@ class Learner:
                 cfg.gamma,
                 cfg.gae_lambda,
             )
-            adv = adv.reshape(-1)
-            out[D.ADV_MEAN] = L.masked_mean(adv, valid)
-            if cfg.normalize_advantages:
-                adv = L.normalize_advantages(adv, valid)
-        logp_all = torch.log_softmax(logits, dim=-1)
-        actions = torch.where(ro["valid"], ro["actions"], 0).reshape(-1, 1)
-        logp = logp_all.gather(-1, actions).squeeze(-1)
-        behaviour_logp = torch.where(valid, ro["behaviour_logp"].reshape(-1), logp.detach())
-        l_pi, out[D.APPROX_KL], out[D.CLIP_FRAC] = L.ppo_clip_loss(logp, behaviour_logp, adv, cfg.ppo_clip, valid)
-        ent = L.entropy(logits, valid)
-        q_teacher = -q_ens if self.faults.flip_distill_sign else q_ens
-        l_distill = L.distill_kl(q_teacher, logits, cfg.distill_temperature, valid)
-        v_t = v_all[:tb]
-        l_v = L.value_mse(v_t, ret.reshape(-1), valid)
-        out[D.QPA] = L.masked_mean(D.qpa_rows(q_ens, logp_all.detach()), valid)
-        out[D.V_SCALAR_MEAN] = L.masked_mean(v_t.detach(), valid)
-        out[D.Q_ENS_MEAN] = L.masked_mean(q_ens, valid)
-        return l_pi, ent, l_distill, l_v
+        p = L.policy_losses(
+            logits,
+            q_ens,
+            v_all[:tb],
+            ret.reshape(-1),
+            adv.reshape(-1),
+            ro["actions"].reshape(-1),
+            ro["behaviour_logp"].reshape(-1),
+            valid,
+            clip=cfg.ppo_clip,
+            temperature=cfg.distill_temperature,
+            normalize=cfg.normalize_advantages,
+            flip_distill=self.faults.flip_distill_sign,
+        )
+        out[D.ADV_MEAN], out[D.APPROX_KL], out[D.CLIP_FRAC] = p.adv_mean, p.approx_kl, p.clip_frac
+        out[D.QPA], out[D.V_SCALAR_MEAN], out[D.Q_ENS_MEAN] = p.qpa, p.v_mean, p.q_mean
+        return p.l_pi, p.entropy, p.l_distill, p.l_v
 
     def _gae_baseline(self, h_all: torch.Tensor, v_all: torch.Tensor, valid: torch.Tensor, out: dict) -> torch.Tensor:
         """V at s_t for t = 0..T, [(T+1)B] (no grad): V_scalar (Plan A v2), V_dq (Phase 4.3), V_IQN (Phase 3.2)

@@ -1,7 +1,9 @@
 """The learner's losses, each a small pure function readable beside its equation (DESIGN.md, learner section).
 
 The hot ones (C51 projection, IQN quantile Huber, dueling Bellman target and Huber, GAE) are custom ops in
-learner.ops (CUDA kernels with pure-PyTorch references); the rest are a few lines of torch. The on-policy ones
+learner.ops (CUDA kernels with pure-PyTorch references); the rest are a few lines of torch. The on-policy losses
+(masked_mean, normalize_advantages, ppo_clip_loss, entropy, distill_kl, value_mse) live in learner.ops.reference
+beside policy_losses, which computes all of them from one call, and are re-exported here. The on-policy ones
 take an optional bool row mask: the Learner computes them over all T*B rollout rows with the valid steps as
 the mask, so every shape is fixed by (T, B) and one CUDA graph serves every rollout of that shape.
 """
@@ -12,6 +14,14 @@ import torch
 import torch.nn.functional as F
 
 from learner import ops
+from learner.ops.reference import (
+    distill_kl,
+    entropy,
+    masked_mean,
+    normalize_advantages,
+    ppo_clip_loss,
+    value_mse,
+)
 
 __all__ = [
     "blend_alpha",
@@ -24,6 +34,7 @@ __all__ = [
     "iqn_loss",
     "masked_mean",
     "normalize_advantages",
+    "policy_losses",
     "ppo_clip_loss",
     "value_mse",
 ]
@@ -50,76 +61,38 @@ def iqn_loss(theta: torch.Tensor, tau: torch.Tensor, target: torch.Tensor, kappa
     return ops.iqn_quantile_huber_loss(theta, tau, target.detach(), kappa)
 
 
-def masked_mean(x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-    """Mean of x over the rows where mask[R] (bool) is True, and over any trailing dims; the plain mean if None.
-
-    torch.where, not x * weight: a weight of 0 on an inf or NaN row would still give NaN. Those rows get a
-    zero gradient, but a backward through an op that went non-finite on them still multiplies 0 by inf: the
-    inputs on masked-out rows must be finite and tame (the Learner neutralises its invalid rows). The row
-    count stays a tensor, so no host sync and no data-dependent shape: a CUDA graph can capture it.
-    """
-    if mask is None:
-        return x.mean()
-    rows = mask.view(-1, *([1] * (x.ndim - 1)))
-    per_row = x.numel() // mask.numel()
-    n = mask.sum(dtype=x.dtype)  # exact: an integer count
-    return torch.where(rows, x, 0.0).sum() / (n if per_row == 1 else n * per_row)
-
-
-def normalize_advantages(adv: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-    """(A - mean A) / (std A + 1e-8) over the rows in mask (population std); a single row is left as it is.
-
-    One row has std 0: standardising it would zero its advantage, and with it the whole policy gradient.
-    """
-    mean = masked_mean(adv, mask)
-    std = masked_mean((adv - mean).pow(2), mask).sqrt()
-    count = mask.sum() if mask is not None else torch.full((), adv.numel(), device=adv.device)
-    return torch.where(count > 1, (adv - mean) / (std + 1e-8), adv)
-
-
-def ppo_clip_loss(
-    logp: torch.Tensor,
+def policy_losses(
+    logits: torch.Tensor,
+    q_ens: torch.Tensor,
+    values: torch.Tensor,
+    returns: torch.Tensor,
+    adv: torch.Tensor,
+    actions: torch.Tensor,
     behaviour_logp: torch.Tensor,
-    advantages: torch.Tensor,
+    valid: torch.Tensor,
+    *,
     clip: float,
-    mask: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """PPO clipped surrogate -mean(min(r A, clip(r, 1-eps, 1+eps) A)), r = pi/pi_behaviour.
-
-    The ratio is against the behaviour log-prob the rollout actor recorded with its lagged policy copy.
-    Returns (loss, approx_kl, clip_frac); the last two are diagnostics (no grad). Means over the rows in
-    `mask` (every row if None); the other rows must still be finite (see masked_mean).
-    """
-    log_ratio = logp - behaviour_logp
-    ratio = log_ratio.exp()
-    surrogate = torch.min(ratio * advantages, ratio.clamp(1.0 - clip, 1.0 + clip) * advantages)
-    with torch.no_grad():
-        approx_kl = masked_mean((ratio - 1.0) - log_ratio, mask)  # the k3 estimator: unbiased, always >= 0
-        clip_frac = masked_mean(((ratio - 1.0).abs() > clip).to(ratio.dtype), mask)
-    return -masked_mean(surrogate, mask), approx_kl, clip_frac
-
-
-def entropy(logits: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-    """Mean entropy -sum_a p_a log p_a of softmax(logits[B, N]) over the rows in mask (every row if None)."""
-    logp = F.log_softmax(logits, dim=-1)
-    return -masked_mean((logp.exp() * logp).sum(-1), mask)
-
-
-def distill_kl(
-    q_ens: torch.Tensor, logits: torch.Tensor, temperature: float, mask: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Q->pi distillation KL(softmax(q_ens/T) || pi), mean over the rows in mask; q_ens is detached here.
-
-    Detaching keeps the policy from pulling the Q heads towards itself: Q teaches pi, never the reverse.
-    """
-    log_q = F.log_softmax(q_ens.detach() / temperature, dim=-1)
-    log_pi = F.log_softmax(logits, dim=-1)
-    return masked_mean((log_q.exp() * (log_q - log_pi)).sum(-1), mask)
-
-
-def value_mse(values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-    """V_scalar regression: mean (V(s) - R)^2 against the GAE returns, over the rows in mask."""
-    return masked_mean((values - returns.detach()).pow(2), mask)
+    temperature: float,
+    normalize: bool,
+    flip_distill: bool = False,
+) -> ops.PolicyLosses:
+    """PPO's clipped surrogate, the entropy bonus, the Q->pi distillation and the value MSE over the valid rollout
+    rows, with their diagnostics, in one op (learner.ops.policy_losses; the equations: the functions imported
+    above from learner.ops.reference)."""
+    return ops.policy_losses(
+        logits,
+        q_ens,
+        values,
+        returns,
+        adv,
+        actions,
+        behaviour_logp,
+        valid,
+        clip=clip,
+        temperature=temperature,
+        normalize=normalize,
+        flip_distill=flip_distill,
+    )
 
 
 def dueling_loss(

@@ -286,9 +286,7 @@ def test_add_rows_writes_what_add_of_the_gathered_transitions_writes(capacity):
 
 def test_config_errors_name_each_bad_value():
     assert LearnerConfig().errors() == []
-    errs = LearnerConfig(
-        hidden_dim=0, lr=-1.0, v_min=5.0, v_max=1.0, dueling_mode="x", gamma=2.0
-    ).errors()
+    errs = LearnerConfig(hidden_dim=0, lr=-1.0, v_min=5.0, v_max=1.0, dueling_mode="x", gamma=2.0).errors()
     for want in (
         "learner.hidden_dim=0 must be an int >= 1",
         "learner.lr=-1.0 must be > 0",
@@ -329,3 +327,89 @@ def test_qpa_is_a_bounded_antisymmetric_correlation(q, lp):
     assert -1.0 <= r <= 1.0 and math.isfinite(r)
     assert math.isclose(qpa(q_t, -lp_t).item(), -r, abs_tol=1e-9)
     assert qpa(q_t, q_t).item() in (0.0, pytest.approx(1.0))
+
+
+def _policy_batch(rows=64, n=7, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(rows, n, generator=g, dtype=torch.float64, requires_grad=True)
+    values = torch.randn(rows, generator=g, dtype=torch.float64, requires_grad=True)
+    rest = dict(
+        q_ens=torch.randn(rows, n, generator=g, dtype=torch.float64),
+        returns=torch.randn(rows, generator=g, dtype=torch.float64),
+        adv=torch.randn(rows, generator=g, dtype=torch.float64) * 3 + 1,
+        actions=torch.randint(0, n, (rows,), generator=g),
+        behaviour_logp=-torch.rand(rows, generator=g, dtype=torch.float64) * 2 - 0.5,
+        valid=torch.rand(rows, generator=g) > 0.2,
+    )
+    return logits, values, rest
+
+
+def _policy(logits, values, rest, **kw):
+    opts = dict(clip=0.2, temperature=0.5, normalize=True) | kw
+    return L.policy_losses(
+        logits,
+        rest["q_ens"],
+        values,
+        rest["returns"],
+        rest["adv"],
+        rest["actions"],
+        rest["behaviour_logp"],
+        rest["valid"],
+        **opts,
+    )
+
+
+def test_policy_losses_are_the_learner_s_losses_over_the_valid_rows_only():
+    logits, values, rest = _policy_batch()
+    p = _policy(logits, values, rest)
+    m = rest["valid"]
+    adv = L.normalize_advantages(rest["adv"][m])
+    logp = torch.log_softmax(logits[m], -1).gather(-1, rest["actions"][m, None]).squeeze(-1)
+    l_pi, kl, cf = L.ppo_clip_loss(logp, rest["behaviour_logp"][m], adv, 0.2)
+    torch.testing.assert_close(p.l_pi, l_pi)
+    torch.testing.assert_close((p.approx_kl, p.clip_frac), (kl, cf))
+    torch.testing.assert_close(p.entropy, L.entropy(logits[m]))
+    torch.testing.assert_close(p.l_distill, L.distill_kl(rest["q_ens"][m], logits[m], 0.5))
+    torch.testing.assert_close(p.l_v, L.value_mse(values[m], rest["returns"][m]))
+    torch.testing.assert_close(p.adv_mean, rest["adv"][m].mean())
+    torch.testing.assert_close((p.v_mean, p.q_mean), (values[m].mean(), rest["q_ens"][m].mean()))
+    # an invalid row's inputs (wild but finite) change nothing and get no gradient
+    wild = {k: v.clone() for k, v in rest.items()}
+    for k in ("q_ens", "returns", "adv", "behaviour_logp"):
+        wild[k][~m] = 1e6
+    wild["actions"][~m] = 0
+    logits2 = logits.detach().clone()
+    logits2[~m] = 50.0
+    logits2.requires_grad_(True)
+    p2 = _policy(logits2, values, wild)
+    for a, b in zip(p, p2, strict=True):
+        torch.testing.assert_close(a, b)
+    total = p2.l_pi - 0.01 * p2.entropy + 0.1 * p2.l_distill + 0.5 * p2.l_v
+    g_logits, g_values = torch.autograd.grad(total, (logits2, values))
+    assert torch.all(g_logits[~m] == 0) and torch.all(g_values[~m] == 0)
+    assert torch.all(g_logits[m].abs().sum(-1) > 0)
+
+
+def test_policy_losses_flip_only_the_distillation_and_normalize_only_the_surrogate():
+    logits, values, rest = _policy_batch(seed=1)
+    p, flipped, raw = (
+        _policy(logits, values, rest),
+        _policy(logits, values, rest, flip_distill=True),
+        _policy(logits, values, rest, normalize=False),
+    )
+    assert not torch.isclose(p.l_distill, flipped.l_distill)
+    assert torch.equal(p.qpa, flipped.qpa) and torch.equal(p.q_mean, flipped.q_mean)
+    assert not torch.isclose(p.l_pi, raw.l_pi)
+    assert torch.equal(p.entropy, raw.entropy) and torch.equal(p.adv_mean, raw.adv_mean)
+
+
+def test_policy_losses_name_a_bad_input():
+    logits, values, rest = _policy_batch()
+    with pytest.raises(TypeError, match=r"actions has dtype torch\.int32; pass int64"):
+        _policy(logits, values, rest | {"actions": rest["actions"].int()})
+    with pytest.raises(ValueError, match=r"q_ens has shape \[64, 6\], expected \[64, 7\]"):
+        _policy(logits, values, rest | {"q_ens": rest["q_ens"][:, :6]})
+    with pytest.raises(TypeError, match=r"valid has dtype torch\.float64; pass a bool mask"):
+        _policy(logits, values, rest | {"valid": rest["valid"].double()})
+    with pytest.raises(ValueError, match=r"clip=0\.0 and temperature=0\.5 must both be > 0"):
+        _policy(logits, values, rest, clip=0.0)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import threading
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
@@ -24,6 +25,7 @@ from torch import Tensor
 from learner.ops import library, reference  # noqa: F401 - importing library registers the foxhunt:: schemas
 
 __all__ = [
+    "PolicyLosses",
     "backend",
     "c51_project",
     "dueling_bellman_target",
@@ -35,6 +37,7 @@ __all__ = [
     "iqn_quantile_huber_loss",
     "load_extension",
     "nstep_returns",
+    "policy_losses",
     "replay_write_",
     "set_backend",
     "soft_update_",
@@ -62,6 +65,8 @@ def default_build_dir() -> Path:
         return REPO_ROOT / "build" / "foxhunt_ext"
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     return cache / "foxhunt_ray" / "ext"
+
+
 _MODES = ("auto", "cuda", "reference")
 
 
@@ -280,6 +285,67 @@ def ensemble_q(c51_logits: Tensor, support: Tensor, iqn_quantiles: Tensor, w: fl
     return reference.ensemble_q(c51_logits, support, iqn_quantiles, w)
 
 
+class PolicyLosses(NamedTuple):
+    """policy_losses' result (reference.POLICY_LOSS_NAMES), each a 0-dim tensor."""
+
+    l_pi: Tensor
+    entropy: Tensor
+    l_distill: Tensor
+    l_v: Tensor
+    approx_kl: Tensor
+    clip_frac: Tensor
+    qpa: Tensor
+    adv_mean: Tensor
+    v_mean: Tensor
+    q_mean: Tensor
+
+
+def policy_losses(
+    logits: Tensor,
+    q_ens: Tensor,
+    values: Tensor,
+    returns: Tensor,
+    adv: Tensor,
+    actions: Tensor,
+    behaviour_logp: Tensor,
+    valid: Tensor,
+    *,
+    clip: float,
+    temperature: float,
+    normalize: bool,
+    flip_distill: bool = False,
+) -> PolicyLosses:
+    """The on-policy losses and their diagnostics over R rollout rows (reference.policy_losses says what each is);
+    l_pi, entropy and l_distill are differentiable w.r.t. logits[R, N], l_v w.r.t. values[R]."""
+    _check("logits", logits, (None, None))
+    rows, n_actions = logits.shape
+    _check("q_ens", q_ens, (rows, n_actions), logits)
+    for name, t in (("values", values), ("returns", returns), ("adv", adv), ("behaviour_logp", behaviour_logp)):
+        _check(name, t, (rows,), logits)
+    _check("actions", actions, (rows,), floating=False)
+    if actions.dtype != torch.int64:
+        raise TypeError(f"actions has dtype {actions.dtype}; pass int64 (actions.long())")
+    _check_mask("valid", valid, values, "values")
+    if not clip > 0 or not temperature > 0:
+        raise ValueError(f"clip={clip!r} and temperature={temperature!r} must both be > 0")
+    return PolicyLosses(
+        *reference.policy_losses(
+            logits,
+            q_ens,
+            values,
+            returns,
+            adv,
+            actions,
+            behaviour_logp,
+            valid,
+            clip,
+            temperature,
+            normalize,
+            flip_distill,
+        )
+    )
+
+
 def gae(
     rewards: Tensor,
     values: Tensor,
@@ -302,8 +368,6 @@ def gae(
             rewards, values, next_values, terminated, episode_end, float(gamma), float(lam)
         )
     return reference.gae(rewards, values, next_values, terminated, episode_end, gamma, lam)
-
-
 
 
 def nstep_returns(
@@ -368,4 +432,3 @@ def soft_update_(target_flat: Tensor, online_flat: Tensor, tau: float) -> None:
         torch.ops.foxhunt.soft_update_(target_flat, online_flat, float(tau))
     else:
         reference.soft_update_(target_flat, online_flat, tau)
-

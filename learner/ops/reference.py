@@ -252,3 +252,145 @@ def ensemble_q_backward(
     grad_logits = w * grad.unsqueeze(2) * probs * (support - expected)
     grad_quantiles = ((1.0 - w) / n_quantiles * grad).unsqueeze(1).expand(-1, n_quantiles, -1).contiguous()
     return grad_logits, grad_quantiles
+
+
+# ---- the on-policy losses (learner.losses re-exports them) and their fused op ----------------------------
+
+
+def masked_mean(x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Mean of x over the rows where mask[R] (bool) is True, and over any trailing dims; the plain mean if None.
+
+    torch.where, not x * weight: a weight of 0 on an inf or NaN row would still give NaN. Those rows get a
+    zero gradient, but a backward through an op that went non-finite on them still multiplies 0 by inf: the
+    inputs on masked-out rows must be finite and tame (the Learner neutralises its invalid rows). The row
+    count stays a tensor, so no host sync and no data-dependent shape: a CUDA graph can capture it.
+    """
+    if mask is None:
+        return x.mean()
+    rows = mask.view(-1, *([1] * (x.ndim - 1)))
+    per_row = x.numel() // mask.numel()
+    n = mask.sum(dtype=x.dtype)  # exact: an integer count
+    return torch.where(rows, x, 0.0).sum() / (n if per_row == 1 else n * per_row)
+
+
+def normalize_advantages(adv: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """(A - mean A) / (std A + 1e-8) over the rows in mask (population std); a single row is left as it is.
+
+    One row has std 0: standardising it would zero its advantage, and with it the whole policy gradient.
+    """
+    mean = masked_mean(adv, mask)
+    std = masked_mean((adv - mean).pow(2), mask).sqrt()
+    count = mask.sum() if mask is not None else torch.full((), adv.numel(), device=adv.device)
+    return torch.where(count > 1, (adv - mean) / (std + 1e-8), adv)
+
+
+def ppo_clip_loss(
+    logp: torch.Tensor,
+    behaviour_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    clip: float,
+    mask: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """PPO clipped surrogate -mean(min(r A, clip(r, 1-eps, 1+eps) A)), r = pi/pi_behaviour.
+
+    The ratio is against the behaviour log-prob the rollout actor recorded with its lagged policy copy.
+    Returns (loss, approx_kl, clip_frac); the last two are diagnostics (no grad). Means over the rows in
+    `mask` (every row if None); the other rows must still be finite (see masked_mean).
+    """
+    log_ratio = logp - behaviour_logp
+    ratio = log_ratio.exp()
+    surrogate = torch.min(ratio * advantages, ratio.clamp(1.0 - clip, 1.0 + clip) * advantages)
+    with torch.no_grad():
+        approx_kl = masked_mean((ratio - 1.0) - log_ratio, mask)  # the k3 estimator: unbiased, always >= 0
+        clip_frac = masked_mean(((ratio - 1.0).abs() > clip).to(ratio.dtype), mask)
+    return -masked_mean(surrogate, mask), approx_kl, clip_frac
+
+
+def entropy(logits: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Mean entropy -sum_a p_a log p_a of softmax(logits[B, N]) over the rows in mask (every row if None)."""
+    logp = torch.log_softmax(logits, dim=-1)
+    return -masked_mean((logp.exp() * logp).sum(-1), mask)
+
+
+def distill_kl(
+    q_ens: torch.Tensor, logits: torch.Tensor, temperature: float, mask: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Q->pi distillation KL(softmax(q_ens/T) || pi), mean over the rows in mask; q_ens is detached here.
+
+    Detaching keeps the policy from pulling the Q heads towards itself: Q teaches pi, never the reverse.
+    """
+    log_q = torch.log_softmax(q_ens.detach() / temperature, dim=-1)
+    log_pi = torch.log_softmax(logits, dim=-1)
+    return masked_mean((log_q.exp() * (log_q - log_pi)).sum(-1), mask)
+
+
+def value_mse(values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """V_scalar regression: mean (V(s) - R)^2 against the GAE returns, over the rows in mask."""
+    return masked_mean((values - returns.detach()).pow(2), mask)
+
+
+POLICY_LOSS_NAMES = (
+    "l_pi",
+    "entropy",
+    "l_distill",
+    "l_v",
+    "approx_kl",
+    "clip_frac",
+    "qpa",
+    "adv_mean",
+    "v_mean",
+    "q_mean",
+)
+"""What policy_losses returns, in order: the four on-policy losses (differentiable w.r.t. the logits, and l_v
+w.r.t. the values), then diagnostics: PPO's approx KL and clip fraction, the q_pi_agree mean, and the masked means
+of the raw advantages, the values and q_ens."""
+
+
+def policy_losses(
+    logits: Tensor,
+    q_ens: Tensor,
+    values: Tensor,
+    returns: Tensor,
+    adv: Tensor,
+    actions: Tensor,
+    behaviour_logp: Tensor,
+    valid: Tensor,
+    clip: float,
+    temperature: float,
+    normalize: bool,
+    flip_distill: bool = False,
+) -> tuple[Tensor, ...]:
+    """The learner's on-policy losses over R rollout rows, the rows where valid[R] counting (POLICY_LOSS_NAMES).
+
+    logits, q_ens [R, N]; values, returns, adv, behaviour_logp [R]; actions [R] int64. The advantages are
+    standardised over the valid rows when `normalize`. An invalid row acts as action 0 with a behaviour log-prob
+    equal to pi's own (ratio exactly 1), so nothing on it can overflow. Distillation pulls pi towards
+    softmax(q_ens / T), or softmax(-q_ens / T) with `flip_distill` (a test-only fault that makes the qpa rule fire);
+    qpa and q_mean read q_ens itself. Gradients reach logits (l_pi, entropy, l_distill) and values (l_v) only.
+    """
+    from learner.diag import qpa_rows  # learner.diag imports torch alone; here to keep this module's imports bare
+
+    q, adv = q_ens.detach(), adv.detach()
+    adv_mean = masked_mean(adv, valid)
+    if normalize:
+        adv = normalize_advantages(adv, valid)
+    logp_all = torch.log_softmax(logits, dim=-1)
+    logp = logp_all.gather(-1, torch.where(valid, actions, 0).reshape(-1, 1)).squeeze(-1)
+    behaviour = torch.where(valid, behaviour_logp.detach(), logp.detach())
+    l_pi, approx_kl, clip_frac = ppo_clip_loss(logp, behaviour, adv, clip, valid)
+    ent = entropy(logits, valid)
+    l_distill = distill_kl(-q if flip_distill else q, logits, temperature, valid)
+    l_v = value_mse(values, returns, valid)
+    qpa = masked_mean(qpa_rows(q, logp_all.detach()), valid)
+    return (
+        l_pi,
+        ent,
+        l_distill,
+        l_v,
+        approx_kl,
+        clip_frac,
+        qpa,
+        adv_mean,
+        masked_mean(values.detach(), valid),
+        masked_mean(q, valid),
+    )
