@@ -149,6 +149,69 @@ def detection(z: np.ndarray, loglik: np.ndarray, switch_prob: float) -> dict[str
     }
 
 
+class Recorder:
+    """A policy wrapped to record, each step, the latent regime and the position it holds (scoring only)."""
+
+    def __init__(self, policy):
+        self.policy, self.z, self.position = policy, [], []
+
+    def __call__(self, obs: np.ndarray, env: LobVectorEnv, rng: np.random.Generator) -> np.ndarray:
+        self.z.append(env.latent_regime().copy())
+        self.position.append(_position(obs, env.config))
+        return self.policy(obs, env, rng)
+
+
+HOLD = 10
+"""position_lag counts a position as following a new regime once it keeps the regime's sign this many steps."""
+
+
+def position_lag(z: np.ndarray, position: np.ndarray) -> dict[str, float]:
+    """How late a policy's position follows the regime, from [horizon, B] regimes and positions: per change into
+    +-1 within an episode, the steps until the position takes the new regime's sign and keeps it HOLD steps (or to
+    the regime's end) ("lag"), or never before the regime ends; and the share of steps with z != 0 on which it
+    has z's sign."""
+    lags, never = [], 0
+    for b in range(z.shape[1]):
+        starts = np.flatnonzero(np.diff(z[:, b]) != 0) + 1
+        for s, e in zip(starts, np.append(starts[1:], z.shape[0]), strict=True) if starts.size else ():
+            if z[s, b] == 0:
+                continue
+            right = np.sign(position[s:e, b]) == z[s, b]
+            # held: right-signed for HOLD steps on (or to the regime's end), so a flicker does not count
+            held = np.array([right[t : t + HOLD].all() for t in range(right.size)], dtype=bool)
+            hit = np.flatnonzero(held)
+            if hit.size:
+                lags.append(int(hit[0]))
+            else:
+                never += 1
+    lag = np.array(lags)
+    signed = z != 0
+    return {
+        "changes": int(lag.size + never),
+        "lag_median": float(np.median(lag)) if lag.size else float("nan"),
+        "lag_mean": float(lag.mean()) if lag.size else float("nan"),
+        "never": never / max(1, lag.size + never),
+        "aligned": float((np.sign(position) == z)[signed].mean()),
+    }
+
+
+def lag_table(cfg: MarketConfig, policies: dict, episodes: int, seed: int, oracle: float) -> dict[str, dict]:
+    """Each policy's PnL (of the oracle) and position_lag on the same held-out episodes."""
+    rows = {}
+    print(f"how late each policy's position follows the regime ({episodes} held-out episodes)")
+    for name, policy in policies.items():
+        rec = Recorder(policy)
+        m = run_episodes(cfg, rec, episodes, seed).metrics()
+        r = {"fraction_of_oracle": m["pnl_usd_mean"] / oracle, **position_lag(np.array(rec.z), np.array(rec.position))}
+        rows[name] = r
+        print(
+            f"  {name:<16} {r['fraction_of_oracle']:.3f} of the oracle; its position takes a new regime's sign after "
+            f"{r['lag_median']:.0f} steps (median; mean {r['lag_mean']:.1f}), never on {r['never']:.3f} of "
+            f"{r['changes']} changes; right-signed on {r['aligned']:.3f} of steps with z != 0"
+        )
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     from foxhunt_ray.presets import run_preset
 
@@ -156,6 +219,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--episodes", type=int, default=256, help="held-out episodes for the delayed oracles")
     ap.add_argument("--fit-books", type=int, default=256, help="training books of the emission fits")
     ap.add_argument("--score-books", type=int, default=512, help="books the filters are scored on")
+    ap.add_argument("--agent", action="append", default=[], metavar="RUN_DIR",
+                    help="also measure this run's newest checkpoint, greedy (repeatable)")  # fmt: skip
     ap.add_argument("--json", help="write the figures here")
     args = ap.parse_args(argv)
     t0 = time.time()
@@ -190,12 +255,34 @@ def main(argv: list[str] | None = None) -> int:
             f"  {name:<9} right on {r['accuracy']:.3f} of steps; a change seen after {r['delay_median']:.0f} steps "
             f"(median; mean {r['delay_mean']:.1f}), never on {r['undetected']:.3f} of {r['changes']} changes"
         )
+    from lobsim_env.baselines import imbalance
+
+    policies = {f"oracle {d} late": DelayedOracle(d) for d in (0, 20, 30)} | {"imbalance": imbalance}
+    for i, run_dir in enumerate(args.agent):
+        policies[f"agent {i}"] = _agent(run_dir)
+    lags = lag_table(cfg, policies, args.episodes, seed, oracle)
     print(f"wall {time.time() - t0:.0f} s")
     if args.json:
         out = {"episodes": args.episodes, "heldout_seed": seed, "oracle_pnl_usd": oracle, "late_oracle": late}
         out |= {"fit_seed": FIT_SEED, "score_seed": SCORE_SEED, "filters": filters, "max_ofi": MAX_OFI}
+        out |= {"position_lag": lags, "agents": args.agent}
         Path(args.json).write_text(json.dumps(out, indent=2))
     return 0
+
+
+def _agent(run_dir: str):
+    """A run's newest checkpoint acting greedily on its policy head (foxhunt_ray.evaluate's agent)."""
+    from actors.checkpoints import latest_checkpoint
+    from foxhunt_ray.evaluate import load_agent, load_run, resolve_run_dir
+
+    path = resolve_run_dir(run_dir)
+    run, _, _ = load_run(path)
+    env = LobVectorEnv(1, run.market)
+    found = latest_checkpoint(path)
+    if found is None:
+        raise SystemExit(f"{run_dir}: no checkpoint to play")
+    obs_dim, n_actions = int(env.single_observation_space.shape[0]), int(env.single_action_space.n)
+    return load_agent(found[1], run, obs_dim=obs_dim, n_actions=n_actions)[0]
 
 
 if __name__ == "__main__":

@@ -54,3 +54,16 @@ def test_a_filter_that_reads_the_regime_sees_each_change_at_once():
     assert r["changes"] == int((np.diff(z, axis=0) != 0).sum())
     blind = dl.detection(z, np.zeros_like(loglik), 0.005)  # no information: it never leaves its first guess
     assert blind["accuracy"] < 0.6
+
+
+def test_position_lag_counts_a_held_position_not_a_flicker():
+    z = np.zeros((100, 3), np.int64)
+    z[40:, :] = 1  # one change into +1 at step 40 in every episode
+    pos = np.zeros((100, 3), np.int64)
+    pos[45:, 0] = 2  # follows 5 steps late and holds
+    pos[41, 1], pos[60:, 1] = 1, 1  # a one-step flicker at 41, then holds from 60: 20 steps late
+    pos[:, 2] = -1  # never
+    r = dl.position_lag(z, pos)
+    assert r["changes"] == 3 and r["never"] == pytest.approx(1 / 3)
+    assert r["lag_median"] == 12.5 and r["lag_mean"] == 12.5  # (5 + 20) / 2
+    assert r["aligned"] == pytest.approx((55 + 41) / 180)  # right-signed steps of the 3 x 60 with z != 0
