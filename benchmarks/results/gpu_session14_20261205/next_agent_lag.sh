@@ -1,7 +1,7 @@
 # NOT RUN: written in session 14 (no device time left); an issue-13 device call for the next session.
 # The bare command on seed 0 (150 s, 256 held-out episodes), then benchmarks/detection_limit.py --agent on its
 # newest checkpoint: how late the GPU host's plateau policy follows the regime, beside the oracles told 20 and 30
-# steps late (BENCHMARKS.md, "How late the flow tells a regime change"). Copy into .devtools/ and run with the device
+# steps late (BENCHMARKS.md, "How late the flow tells a regime change"). Copy it and s14_lib.sh (beside it) into .devtools/ and run with the device
 # tool (carry .devbundle and .devtools). About 4.5 minutes.
 L=$OUT/call2.log; source .devtools/s14_lib.sh
 date -u >> $L; nvidia-smi --query-gpu=name,clocks.sm,temperature.gpu --format=csv >> $L

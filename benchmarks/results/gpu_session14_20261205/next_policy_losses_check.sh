@@ -5,7 +5,7 @@
 # learner's CUDA tests (graph against eager, TF32), compute-sanitizer memcheck and racecheck, op timings, the part-3
 # update table (custom kernels against the reference ops in the same graph; before: 1.83 / 2.51 ms at 8 x 128 and
 # 2.35 / 3.29 ms at 64 x 128, session 10), the kernel profile (launch count per replay; before: 510 at 8 x 128), then
-# the whole system once. Copy into .devtools/ and run with the device tool (carry .devbundle and .devtools).
+# the whole system once. Copy it and s14_lib.sh (beside it) into .devtools/ and run with the device tool (carry .devbundle and .devtools).
 L=$OUT/call1.log; source .devtools/s14_lib.sh
 date -u >> $L; nvidia-smi --query-gpu=name,clocks.sm,temperature.gpu --format=csv >> $L
 step gpu_check_all timeout 330 bash benchmarks/gpu_check.sh all
