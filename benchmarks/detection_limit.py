@@ -5,7 +5,8 @@ oracle (BENCHMARKS.md, "Where the learning stops"):
 
 1. **The oracle, told late.** `DelayedOracle(d)` trades as the oracle does (market orders towards
    position_limit * z) on the regime of d steps ago, and flat for an episode's first d steps: a detector with a
-   fixed delay and no false alarms. Scored on fold 0's held-out episodes.
+   fixed delay and no false alarms. Scored on fold 0's held-out episodes; and `PassiveDelayedOracle(d, u)`, the
+   same trading passively (joins at the best quote) while within u contracts of its target.
 2. **How late a Bayes filter learns of a change.** The forward (HMM) filter of benchmarks/regime_filter.py run
    on the step's signed market-order volume (`flow`), on the order flow imbalance at the best quotes (`ofi`,
    Cont, Kukanov and Stoikov 2014: the best bid's size change where its price held or rose, minus the best ask's,
@@ -68,6 +69,27 @@ class DelayedOracle:
         self.history[0] = env.latent_regime()
         target = np.where(self.age >= self.delay, self.history[self.delay], 0) * cfg.position_limit
         return _trade_towards(_position(obs, cfg), target)
+
+
+class PassiveDelayedOracle(DelayedOracle):
+    """DelayedOracle(delay) that trades passively near its target: a join at the best quote on the side it needs
+    (JOIN_BID or JOIN_ASK; CANCEL at the target) while within `urgent` contracts of it, market orders farther away."""
+
+    def __init__(self, delay: int, urgent: int):
+        super().__init__(delay)
+        self.urgent = urgent
+
+    def __call__(self, obs: np.ndarray, env: LobVectorEnv, rng: np.random.Generator) -> np.ndarray:
+        market = super().__call__(obs, env, rng)  # also moves the regime history on
+        cfg = env.config
+        target = np.where(self.age >= self.delay, self.history[self.delay], 0) * cfg.position_limit
+        gap = target - _position(obs, cfg)
+        join = np.where(gap > 0, Action.JOIN_BID, np.where(gap < 0, Action.JOIN_ASK, Action.CANCEL))
+        return np.where(np.abs(gap) > self.urgent, market, join).astype(np.int64)
+
+
+URGENT = (1, 2, 3, 1_000)
+"""PassiveDelayedOracle's `urgent` values scored (1,000: never a market order)."""
 
 
 def best_quotes(env: LobVectorEnv) -> tuple[np.ndarray, ...]:
@@ -234,6 +256,15 @@ def main(argv: list[str] | None = None) -> int:
         late[d] = {"pnl_usd_mean": m["pnl_usd_mean"], "pnl_usd_sem": m["pnl_usd_sem"]}
         frac = m["pnl_usd_mean"] / oracle
         print(f"  {d:>3} steps late: {m['pnl_usd_mean']:8.1f} +- {m['pnl_usd_sem']:.1f}  {frac:.3f} of the oracle")
+    passive = {}
+    print("  the same, joining the best quote while within `urgent` contracts of the target (of the oracle):")
+    for d in (0, 20, 30):
+        passive[d] = {}
+        for u in URGENT:
+            m = run_episodes(cfg, PassiveDelayedOracle(d, u), args.episodes, seed).metrics()
+            passive[d][u] = {k: m[k] for k in ("pnl_usd_mean", "pnl_usd_sem", "fees_usd_mean", "taker_contracts_mean")}
+        row = "  ".join(f"urgent {u}: {passive[d][u]['pnl_usd_mean'] / oracle:.3f}" for u in URGENT)
+        print(f"  {d:>3} steps late: {row}")
     x, e, z = flows(cfg, args.fit_books, FIT_SEED)
     em = {
         "flow": emission(z, (x, rf.MAX_X)),
@@ -265,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         out = {"episodes": args.episodes, "heldout_seed": seed, "oracle_pnl_usd": oracle, "late_oracle": late}
         out |= {"fit_seed": FIT_SEED, "score_seed": SCORE_SEED, "filters": filters, "max_ofi": MAX_OFI}
-        out |= {"position_lag": lags, "agents": args.agent}
+        out |= {"position_lag": lags, "agents": args.agent, "passive_late_oracle": passive}
         Path(args.json).write_text(json.dumps(out, indent=2))
     return 0
 

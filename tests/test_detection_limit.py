@@ -67,3 +67,11 @@ def test_position_lag_counts_a_held_position_not_a_flicker():
     assert r["changes"] == 3 and r["never"] == pytest.approx(1 / 3)
     assert r["lag_median"] == 12.5 and r["lag_mean"] == 12.5  # (5 + 20) / 2
     assert r["aligned"] == pytest.approx((55 + 41) / 180)  # right-signed steps of the 3 x 60 with z != 0
+
+
+def test_the_passive_oracle_joins_near_its_target_and_never_takes_when_never_urgent():
+    seed, short = heldout_seed(0), dataclasses.replace(CFG, horizon=300)
+    never = run_episodes(short, dl.PassiveDelayedOracle(0, 1_000), 16, seed).metrics()
+    assert never["taker_contracts_mean"] == 0 and never["passive_filled_mean"] > 0
+    mixed = run_episodes(short, dl.PassiveDelayedOracle(0, 1), 16, seed).metrics()
+    assert 0 < mixed["taker_contracts_mean"] < run_episodes(short, oracle, 16, seed).metrics()["taker_contracts_mean"]
