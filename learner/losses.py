@@ -3,9 +3,9 @@
 The hot ones (C51 projection, IQN quantile Huber, dueling Bellman target and Huber, GAE) are custom ops in
 learner.ops (CUDA kernels with pure-PyTorch references); the rest are a few lines of torch. The on-policy losses
 (masked_mean, normalize_advantages, ppo_clip_loss, entropy, distill_kl, value_mse) live in learner.ops.reference
-beside policy_losses, which computes all of them from one call, and are re-exported here. The on-policy ones
-take an optional bool row mask: the Learner computes them over all T*B rollout rows with the valid steps as
-the mask, so every shape is fixed by (T, B) and one CUDA graph serves every rollout of that shape.
+beside policy_losses (learner.ops), which computes all of them from one call; both are re-exported here. The
+on-policy ones take an optional bool row mask: the Learner computes them over all T*B rollout rows with the valid
+steps as the mask, so every shape is fixed by (T, B) and one CUDA graph serves every rollout of that shape.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from learner import ops
+from learner.ops import policy_losses  # the on-policy losses and their diagnostics from one call (PolicyLosses)
 from learner.ops.reference import (
     distill_kl,
     entropy,
@@ -59,40 +60,6 @@ def c51_cross_entropy(logits_taken: torch.Tensor, target_probs: torch.Tensor) ->
 def iqn_loss(theta: torch.Tensor, tau: torch.Tensor, target: torch.Tensor, kappa: float) -> torch.Tensor:
     """Quantile Huber: mean_b sum_i mean_j |tau_i - 1{u<0}| huber_k(u)/k, u_ij = target_j - theta_i."""
     return ops.iqn_quantile_huber_loss(theta, tau, target.detach(), kappa)
-
-
-def policy_losses(
-    logits: torch.Tensor,
-    q_ens: torch.Tensor,
-    values: torch.Tensor,
-    returns: torch.Tensor,
-    adv: torch.Tensor,
-    actions: torch.Tensor,
-    behaviour_logp: torch.Tensor,
-    valid: torch.Tensor,
-    *,
-    clip: float,
-    temperature: float,
-    normalize: bool,
-    flip_distill: bool = False,
-) -> ops.PolicyLosses:
-    """PPO's clipped surrogate, the entropy bonus, the Q->pi distillation and the value MSE over the valid rollout
-    rows, with their diagnostics, in one op (learner.ops.policy_losses; the equations: the functions imported
-    above from learner.ops.reference)."""
-    return ops.policy_losses(
-        logits,
-        q_ens,
-        values,
-        returns,
-        adv,
-        actions,
-        behaviour_logp,
-        valid,
-        clip=clip,
-        temperature=temperature,
-        normalize=normalize,
-        flip_distill=flip_distill,
-    )
 
 
 def dueling_loss(
