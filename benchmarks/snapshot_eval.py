@@ -99,25 +99,36 @@ def _greedy(policies: list[PolicyNet]):
     return act
 
 
-def evaluate(run_dir: Path, snapshots: Path, episodes: int, val_fold: int, ks: list[int]) -> dict:
+def _episode_sets(run_dir: Path, val_fold: int):
+    """(run, driver, market, obs_dim, n_actions, sets): a run's config, its evaluation market and sizes, and the
+    first book seeds of the validation day (fold `val_fold`) and the test day (the run's own fold)."""
     run, driver, _ = load_run(run_dir)
+    if val_fold == driver.fold:
+        raise SystemExit(f"--val-fold={val_fold} is the run's own fold, the test set: pick another")
     market, _ = evaluation_market(run, None, None)
     env = LobVectorEnv(1, market)
     obs_dim, n_actions = int(env.single_observation_space.shape[0]), int(env.single_action_space.n)
-    sets = {"val": heldout_seed(val_fold), "test": heldout_seed(driver.fold)}
-    if val_fold == driver.fold:
-        raise SystemExit(f"--val-fold={val_fold} is the run's own fold, the test set: pick another")
+    return run, driver, market, obs_dim, n_actions, {"val": heldout_seed(val_fold), "test": heldout_seed(driver.fold)}
+
+
+def _score(market, policy, episodes: int, sets: dict[str, int]) -> dict[str, float]:
+    """Mean PnL and its standard error of `policy` on each set's `episodes` episodes (keys NAME and NAME_sem)."""
+    out = {}
+    for name, seed in sets.items():
+        m = run_episodes(market, policy, episodes, seed).metrics()
+        out[name], out[name + "_sem"] = float(m["pnl_usd_mean"]), float(m["pnl_usd_sem"])
+    return out
+
+
+def evaluate(run_dir: Path, snapshots: Path, episodes: int, val_fold: int, ks: list[int]) -> dict:
+    run, _, market, obs_dim, n_actions, sets = _episode_sets(run_dir, val_fold)
     files = sorted(snapshots.glob(f"{SNAP_PREFIX}*.pt"))
     if not files:
         raise SystemExit(f"no {SNAP_PREFIX}*.pt in {snapshots}: run `watch` beside the training run")
     snaps = [torch.load(f, weights_only=True) for f in files]
 
     def score(policy) -> dict[str, float]:
-        out = {}
-        for name, seed in sets.items():
-            m = run_episodes(market, policy, episodes, seed).metrics()
-            out[name], out[name + "_sem"] = float(m["pnl_usd_mean"]), float(m["pnl_usd_sem"])
-        return out
+        return _score(market, policy, episodes, sets)
 
     t0 = time.perf_counter()
     refs = {name: score(POLICIES[name]) for name in ("oracle", "imbalance")}
@@ -158,13 +169,7 @@ def evaluate(run_dir: Path, snapshots: Path, episodes: int, val_fold: int, ks: l
 def across_runs(run_dirs: list[Path], episodes: int, val_fold: int) -> dict:
     """Each run's newest checkpoint alone, and the mean of their policy probabilities, on the validation and
     test sets of the first run's fold (every run must share its market and fold)."""
-    run, driver, _ = load_run(run_dirs[0])
-    market, _ = evaluation_market(run, None, None)
-    env = LobVectorEnv(1, market)
-    obs_dim, n_actions = int(env.single_observation_space.shape[0]), int(env.single_action_space.n)
-    if val_fold == driver.fold:
-        raise SystemExit(f"--val-fold={val_fold} is the runs' own fold, the test set: pick another")
-    sets = {"val": heldout_seed(val_fold), "test": heldout_seed(driver.fold)}
+    run, driver, market, obs_dim, n_actions, sets = _episode_sets(run_dirs[0], val_fold)
     policies, rows = [], []
     for rd in run_dirs:
         r, d, _ = load_run(rd)
@@ -178,7 +183,7 @@ def across_runs(run_dirs: list[Path], episodes: int, val_fold: int) -> dict:
         rows.append({"run_dir": str(rd), "seed": r.seed, "step": found[0]})
 
     def score(policy) -> dict[str, float]:
-        return {n: float(run_episodes(market, policy, episodes, s).metrics()["pnl_usd_mean"]) for n, s in sets.items()}
+        return _score(market, policy, episodes, sets)
 
     refs = {name: score(POLICIES[name]) for name in ("oracle", "imbalance")}
     for row, pol in zip(rows, policies, strict=True):

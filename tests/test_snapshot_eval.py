@@ -73,6 +73,6 @@ def test_runs_score_alone_as_evaluate_does_and_an_ensemble_of_one_policy_twice_i
     assert [r["step"] for r in result["runs"]] == [8, 8]
     assert [r["test"] for r in result["runs"]] == pytest.approx([agent, agent])
     alone = result["runs"][0]
-    assert result["ensemble"] == {"val": alone["val"], "test": alone["test"]}
-    with pytest.raises(SystemExit, match="--val-fold=0 is the runs' own fold"):
+    assert result["ensemble"] == {k: alone[k] for k in ("val", "val_sem", "test", "test_sem")}
+    with pytest.raises(SystemExit, match="--val-fold=0 is the run's own fold"):
         snapshot_eval.across_runs([run_dir], EPISODES, val_fold=0)
