@@ -139,6 +139,15 @@ def emission(z: np.ndarray, *cols: tuple[np.ndarray, int]) -> np.ndarray:
     return counts / counts.sum(axis=tuple(range(1, counts.ndim)), keepdims=True)
 
 
+def regime_spans(z: np.ndarray) -> list[tuple[int, int]]:
+    """(start, end) of every regime that begins with a change inside one episode's [horizon] regimes (the first
+    regime, which no change starts, is left out); end is where the next change or the episode ends."""
+    starts = np.flatnonzero(np.diff(z) != 0) + 1
+    if starts.size == 0:
+        return []
+    return [(int(s), int(e)) for s, e in zip(starts, np.append(starts[1:], z.size), strict=True)]
+
+
 def detection(z: np.ndarray, loglik: np.ndarray, switch_prob: float) -> dict[str, float]:
     """The forward filter over [horizon, B, 3] log-likelihoods; its accuracy and delays against z [horizon, B]."""
     trans = rf.transition_matrix(switch_prob)
@@ -152,10 +161,7 @@ def detection(z: np.ndarray, loglik: np.ndarray, switch_prob: float) -> dict[str
         best[t] = post.argmax(axis=1) - 1
     delays, undetected = [], 0
     for b in range(z.shape[1]):
-        starts = np.flatnonzero(np.diff(z[:, b]) != 0) + 1
-        if starts.size == 0:  # no change in this episode
-            continue
-        for s, e in zip(starts, np.append(starts[1:], z.shape[0]), strict=True):
+        for s, e in regime_spans(z[:, b]):
             hit = np.flatnonzero(best[s:e, b] == z[s, b])
             if hit.size:
                 delays.append(int(hit[0]))
@@ -194,8 +200,7 @@ def position_lag(z: np.ndarray, position: np.ndarray) -> dict[str, float]:
     has z's sign."""
     lags, never = [], 0
     for b in range(z.shape[1]):
-        starts = np.flatnonzero(np.diff(z[:, b]) != 0) + 1
-        for s, e in zip(starts, np.append(starts[1:], z.shape[0]), strict=True) if starts.size else ():
+        for s, e in regime_spans(z[:, b]):
             if z[s, b] == 0:
                 continue
             right = np.sign(position[s:e, b]) == z[s, b]

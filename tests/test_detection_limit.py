@@ -75,3 +75,8 @@ def test_the_passive_oracle_joins_near_its_target_and_never_takes_when_never_urg
     assert never["taker_contracts_mean"] == 0 and never["passive_filled_mean"] > 0
     mixed = run_episodes(short, dl.PassiveDelayedOracle(0, 1), 16, seed).metrics()
     assert 0 < mixed["taker_contracts_mean"] < run_episodes(short, oracle, 16, seed).metrics()["taker_contracts_mean"]
+
+
+def test_regime_spans_start_at_each_change_and_end_at_the_next():
+    assert dl.regime_spans(np.array([0, 0, 1, 1, 1, -1, 0])) == [(2, 5), (5, 6), (6, 7)]
+    assert dl.regime_spans(np.zeros(9, np.int64)) == []  # no change: nothing to detect
