@@ -83,6 +83,9 @@ def make_inputs(cfg: dict, device, seed: int) -> dict[str, torch.Tensor]:
         "roll_actions": torch.randint(0, N, (S, B), generator=g, device=device),
         "soft_target": randn(B * H + 3),
         "soft_online": randn(B * H + 3),
+        "pl_logits": randn(B, N),
+        "pl_behaviour_logp": -rand(B) * 2 - 0.3,
+        "pl_valid": (rand(B) < 0.85) | (torch.arange(B, device=device) == 0),  # at least one valid row
     }
 
 
@@ -230,6 +233,28 @@ def check_size(cfg: dict, dtype, device, seed: int, results: list) -> None:
         ref.soft_update_(tgt_t, xt["soft_online"][offset:], 0.005)
         record("soft_update_", f"target|offset{offset}", tgt, tgt_t)
 
+    # the on-policy losses: the ten stats, and the gradients of a learner-like weighting through autograd
+    pl = ("pl_logits", "grad_v")  # logits [B, N] and values [B], the differentiable inputs
+    for flip in (False, True):
+        (lg, vl), (lg_t, vl_t) = leaves(*pl, src=x), leaves(*pl, src=xt)
+
+        def rest(src, flip=flip):
+            return (src["q"], src["y"], src["reward"], src["action"], src["pl_behaviour_logp"], x["pl_valid"])
+
+        poison(((10,), dtype), ((3, B, N), dtype), ((B,), dtype), device=device)
+        q_, r_, a_, act, beh, val = rest(x)
+        got = ops.policy_losses(lg, q_, vl, r_, a_, act, beh, val, clip=0.2, temperature=0.5, normalize=True,
+                                flip_distill=flip)  # fmt: skip
+        q_, r_, a_, act, beh, val = rest(xt)
+        want = ref.policy_losses(lg_t, q_, vl_t, r_, a_, act, beh, val, 0.2, 0.5, True, flip)
+        tag = "|flip" if flip else ""
+        record("policy_losses", f"stats{tag}", torch.stack(list(got)), torch.stack(list(want)))
+        w = torch.tensor([1.0, -0.01, 0.1, 0.5], dtype=F64, device=device)
+        g_got = torch.autograd.grad((torch.stack(list(got[:4])) * w.to(dtype)).sum(), (lg, vl))
+        g_want = torch.autograd.grad((torch.stack(list(want[:4])) * w).sum(), (lg_t, vl_t))
+        record("policy_losses", f"grad_logits{tag}", g_got[0], g_want[0])
+        record("policy_losses", f"grad_values{tag}", g_got[1], g_want[1])
+
     # Run-to-run determinism (no atomics anywhere): a second call gives the same bits.
     a1 = ops.c51_project(x["next_probs"], x["reward"], x["discount"], -10.0, 10.0)
     poison(((B, cfg["Z"]), dtype), device=device)
@@ -238,9 +263,17 @@ def check_size(cfg: dict, dtype, device, seed: int, results: list) -> None:
     l2 = ops.iqn_quantile_huber_loss(x["theta"], x["tau"], x["target"])
     d1 = torch.autograd.grad(ops.dueling_forward(*ins)[2], ins, x["grad_q"])
     d2 = torch.autograd.grad(ops.dueling_forward(*ins)[2], ins, x["grad_q"])
+    pl_args = (x["q"], x["grad_v"], x["y"], x["reward"], x["action"], x["pl_behaviour_logp"], x["pl_valid"])
+    p1, p2 = (
+        torch.stack(list(ops.policy_losses(x["pl_logits"], *pl_args, clip=0.2, temperature=0.5, normalize=True)))
+        for _ in range(2)
+    )
     same = torch.equal(a1, a2) and torch.equal(l1, l2) and all(torch.equal(p, r) for p, r in zip(d1, d2, strict=True))
+    same = same and torch.equal(p1, p2)
     results.append({"op": "all", "what": "bitwise_repeat", "dtype": str(dtype), **cfg, "ok": bool(same)})
 
+
+CHECKS_PER_SIZE = 46  # the rows check_size records: every op's outputs and gradients, and the bitwise repeat
 
 SIZES = [  # a one-row edge, the learner's shapes (B = 128, 1024), odd sizes past every tile, a wide batch, and the
     # market's seven actions with H past one warp of iqn_head packs, taus not a multiple of 4, B not of 8

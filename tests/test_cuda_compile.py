@@ -30,6 +30,7 @@ def test_kernel_sources_exist():
         "iqn_head.cu",
         "replay_write.cu",
         "soft_update.cu",
+        "policy_losses.cu",
     } <= names
 
 

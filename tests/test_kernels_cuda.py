@@ -19,7 +19,7 @@ import torch
 
 from learner import ops
 from learner.ops import library, reference
-from tests.kernel_checks import F32, F64, SIZES, TOL, check_size
+from tests.kernel_checks import CHECKS_PER_SIZE, F32, F64, SIZES, TOL, check_size
 from tests.test_ops_library import sample_inputs
 
 needs_cuda = pytest.mark.skipif(
@@ -69,7 +69,7 @@ def test_every_op_matches_the_float64_reference(kernels, size, dtype):
     check_size(SIZES[size], dtype, "cuda", seed=1000 + size, results=rows)
     torch.cuda.synchronize()
     ROWS.extend(rows)
-    assert len(rows) == 40, f"{len(rows)} checks ran, expected 40"
+    assert len(rows) == CHECKS_PER_SIZE, f"{len(rows)} checks ran, expected {CHECKS_PER_SIZE}"
     bad = failures(rows, dtype)
     assert not bad, "\n".join(bad)
 
@@ -132,5 +132,5 @@ def test_the_checks_run_on_the_cpu_reference(dtype):
     tests/kernel_checks.py fails CI rather than the next GPU run."""
     rows: list[dict] = []
     check_size(SIZES[0], dtype, "cpu", seed=1000, results=rows)
-    assert len(rows) == 40
+    assert len(rows) == CHECKS_PER_SIZE
     assert not failures(rows, dtype)

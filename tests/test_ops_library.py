@@ -116,6 +116,20 @@ def sample_inputs(dtype, rows=5, seed=0, requires_grad=False, device="cpu"):
             8,
         ),
         "soft_update_": (rand(37), rand(37), 0.05),
+        "policy_losses": (
+            rand(rows, n_actions, grad=True),
+            rand(rows, n_actions),
+            rand(rows, grad=True),
+            rand(rows),
+            rand(rows) * 2,
+            torch.randint(0, n_actions, (rows,), generator=g).to(device),
+            -rand(rows).abs() - 0.5,
+            (torch.arange(rows) % 4 != 1).to(device),
+            0.2,
+            0.5,
+            True,
+            False,
+        ),
     }
 
 
@@ -263,3 +277,23 @@ class TestBackend:
                 ops.set_backend("cuda")
         finally:
             ops._State.mode = previous
+
+
+@pytest.mark.parametrize("normalize", [True, False])
+@pytest.mark.parametrize("flip", [False, True])
+def test_policy_losses_op_equals_the_reference_through_autograd(normalize, flip):
+    """The op's stats and, through its autograd formula (the saved per-loss gradients, weighted), the gradients of
+    a learner-like combination of its losses equal autograd through the reference."""
+    args = list(sample_inputs(F64, seed=10, rows=9, requires_grad=True)["policy_losses"])
+    args[10], args[11] = normalize, flip
+    logits, values = args[0], args[2]
+    stats, _, _ = torch.ops.foxhunt.policy_losses(*args)
+    want = ref.policy_losses(*args)
+    torch.testing.assert_close(stats, torch.stack([w.detach() for w in want]))
+    weights = torch.tensor([1.0, -0.01, 0.1, 0.5], dtype=F64)
+    got = torch.autograd.grad((stats[:4] * weights).sum() + 7.0 * stats[6], (logits, values))
+    expected = torch.autograd.grad((torch.stack(want[:4]) * weights).sum(), (logits, values))
+    for g, w in zip(got, expected, strict=True):
+        torch.testing.assert_close(g, w)
+    assert torch.all(got[0][1] == 0) and got[1][1] == 0  # row 1 is not valid
+    assert 0 < stats[5] < 1  # some rows clipped, some not: both branches of the surrogate's gradient are checked

@@ -419,6 +419,48 @@ void replay_write_(const Tensor& d_obs, const Tensor& d_action, const Tensor& d_
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
+std::tuple<Tensor, Tensor, Tensor> policy_losses(const Tensor& logits_in, const Tensor& q_ens_in,
+                                                 const Tensor& values_in, const Tensor& returns_in,
+                                                 const Tensor& adv_in, const Tensor& actions_in,
+                                                 const Tensor& behaviour_logp_in, const Tensor& valid_in, double clip,
+                                                 double temperature, bool normalize, bool flip_distill) {
+  static constexpr const char* op = "policy_losses";
+  const auto dtype = floating(op, logits_in);
+  const auto dev = logits_in.device();
+  TORCH_CHECK(logits_in.dim() == 2, "foxhunt::policy_losses: logits must be [R, N]");
+  TORCH_CHECK(clip > 0 && temperature > 0, "foxhunt::policy_losses: clip=", clip, " and temperature=", temperature,
+              " must both be > 0");
+  const int64_t rows = logits_in.size(0), n_actions = logits_in.size(1);
+  TORCH_CHECK(n_actions >= 1, "foxhunt::policy_losses: logits need at least one action column");
+  const Tensor logits = checked(op, "logits", logits_in, dev, dtype, {rows, n_actions});
+  const Tensor q_ens = checked(op, "q_ens", q_ens_in, dev, dtype, {rows, n_actions});
+  const Tensor values = checked(op, "values", values_in, dev, dtype, {rows});
+  const Tensor returns = checked(op, "returns", returns_in, dev, dtype, {rows});
+  const Tensor adv = checked(op, "adv", adv_in, dev, dtype, {rows});
+  const Tensor actions = checked(op, "actions", actions_in, dev, at::kLong, {rows});
+  const Tensor behaviour_logp = checked(op, "behaviour_logp", behaviour_logp_in, dev, dtype, {rows});
+  const Tensor valid = checked(op, "valid", valid_in, dev, at::kBool, {rows});
+  const c10::cuda::CUDAGuard guard(dev);
+  Tensor stats = at::empty({10}, logits.options());
+  Tensor grad_logits = at::empty({3, rows, n_actions}, logits.options());
+  Tensor grad_values = at::empty({rows}, logits.options());
+  Tensor scal = at::empty({4}, logits.options());
+  Tensor partial = at::empty({std::max<int64_t>(1, foxhunt::policy_losses_blocks(as_int(op, rows))) * 9},
+                             logits.options());
+  const auto stream = c10::cuda::getCurrentCUDAStream();
+  AT_DISPATCH_FLOATING_TYPES(dtype, op, [&] {
+    foxhunt::launch_policy_losses<scalar_t>(
+        logits.data_ptr<scalar_t>(), q_ens.data_ptr<scalar_t>(), values.data_ptr<scalar_t>(),
+        returns.data_ptr<scalar_t>(), adv.data_ptr<scalar_t>(), actions.data_ptr<int64_t>(),
+        behaviour_logp.data_ptr<scalar_t>(), valid.data_ptr<bool>(), static_cast<scalar_t>(clip),
+        static_cast<scalar_t>(temperature), normalize, flip_distill, stats.data_ptr<scalar_t>(),
+        grad_logits.data_ptr<scalar_t>(), grad_values.data_ptr<scalar_t>(), scal.data_ptr<scalar_t>(),
+        partial.data_ptr<scalar_t>(), as_int(op, rows), as_int(op, n_actions), stream);
+  });
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return {stats, grad_logits, grad_values};
+}
+
 void soft_update_(const Tensor& target, const Tensor& online_in, double tau) {
   static constexpr const char* op = "soft_update_";
   const auto dtype = floating(op, target);
@@ -453,4 +495,5 @@ TORCH_LIBRARY_IMPL(foxhunt, CUDA, m) {
   m.impl("nstep_returns", &nstep_returns);
   m.impl("replay_write_", &replay_write_);
   m.impl("soft_update_", &soft_update_);
+  m.impl("policy_losses", &policy_losses);
 }

@@ -95,6 +95,16 @@ void launch_gae(const T* rewards, const T* values, const T* next_values, const b
                 const bool* episode_end, T gamma, T lam, T* advantages, T* returns, int steps, int columns,
                 cudaStream_t stream);
 
+// The learner's on-policy losses over `rows` rollout rows (learner.ops.reference.policy_losses): stats[10] in
+// POLICY_LOSS_NAMES order, grad_logits[3, rows, N] (d l_pi, d entropy, d l_distill w.r.t. the logits) and
+// grad_values[rows] (d l_v), zero on invalid rows. Scratch: scal[4] and partial[policy_losses_blocks(rows) * 9].
+int policy_losses_blocks(int rows);
+template <typename T>
+void launch_policy_losses(const T* logits, const T* q_ens, const T* values, const T* returns, const T* adv,
+                          const int64_t* actions, const T* behaviour_logp, const bool* valid, T clip, T temperature,
+                          bool normalize, bool flip_distill, T* stats, T* grad_logits, T* grad_values, T* scal,
+                          T* partial, int rows, int n_actions, cudaStream_t stream);
+
 // target[i] += tau·(online[i] − target[i]) over the whole flat buffer, one launch.
 template <typename T>
 void launch_soft_update(T* target, const T* online, T tau, std::int64_t n, cudaStream_t stream);

@@ -328,22 +328,13 @@ def policy_losses(
     _check_mask("valid", valid, values, "values")
     if not clip > 0 or not temperature > 0:
         raise ValueError(f"clip={clip!r} and temperature={temperature!r} must both be > 0")
-    return PolicyLosses(
-        *reference.policy_losses(
-            logits,
-            q_ens,
-            values,
-            returns,
-            adv,
-            actions,
-            behaviour_logp,
-            valid,
-            clip,
-            temperature,
-            normalize,
-            flip_distill,
+    args = (logits, q_ens, values, returns, adv, actions, behaviour_logp, valid)
+    if _use_kernels(logits):
+        stats, _, _ = torch.ops.foxhunt.policy_losses(
+            *args, float(clip), float(temperature), bool(normalize), bool(flip_distill)
         )
-    )
+        return PolicyLosses(*stats.unbind(0))
+    return PolicyLosses(*reference.policy_losses(*args, clip, temperature, normalize, flip_distill))
 
 
 def gae(

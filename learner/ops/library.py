@@ -47,6 +47,11 @@ _SCHEMAS = {
         " Tensor obs, Tensor actions, Tensor ret, Tensor discount, Tensor next_row, Tensor flat_idx, int cursor) -> ()"
     ),
     "soft_update_": "(Tensor(a!) target_flat, Tensor online_flat, float tau) -> ()",
+    "policy_losses": (
+        "(Tensor logits, Tensor q_ens, Tensor values, Tensor returns, Tensor adv, Tensor actions,"
+        " Tensor behaviour_logp, Tensor valid, float clip, float temperature, bool normalize, bool flip_distill)"
+        " -> (Tensor, Tensor, Tensor)"
+    ),
 }
 for _name, _schema in _SCHEMAS.items():
     _lib.define(_name + _schema)
@@ -142,6 +147,14 @@ def _soft_update_cpu(target_flat, online_flat, tau):
     reference.soft_update_(target_flat, online_flat, tau)
 
 
+@_cpu("policy_losses")
+def _policy_losses_cpu(logits, q_ens, values, returns, adv, actions, behaviour_logp, valid, clip, temperature,
+                       normalize, flip_distill):  # fmt: skip
+    return reference.policy_losses_grads(
+        logits, q_ens, values, returns, adv, actions, behaviour_logp, valid, clip, temperature, normalize, flip_distill
+    )
+
+
 # ---- fake (meta) implementations: shapes and dtypes only ---------------------------------------------------
 
 
@@ -226,6 +239,12 @@ def _soft_update_fake(target_flat, online_flat, tau):
     return None
 
 
+@_fake("policy_losses")
+def _policy_losses_fake(logits, q_ens, values, returns, adv, actions, behaviour_logp, valid, clip, temperature,
+                        normalize, flip_distill):  # fmt: skip
+    return logits.new_empty(10), logits.new_empty(3, *logits.shape), values.new_empty(values.shape)
+
+
 # ---- autograd ----------------------------------------------------------------------------------------
 
 
@@ -296,3 +315,20 @@ def _iqn_head_backward(ctx, grad):
 
 
 torch.library.register_autograd("foxhunt::iqn_head", _iqn_head_backward, setup_context=_iqn_head_setup, lib=_lib)
+
+
+def _policy_losses_setup(ctx, inputs, output):
+    ctx.save_for_backward(output[1], output[2])
+
+
+def _policy_losses_backward(ctx, grad_stats, _grad_logits, _grad_values):
+    """Only l_pi, entropy, l_distill (rows 0-2 of the saved logit gradients) and l_v (the value gradient) have one;
+    the diagnostics in stats[4:] are constants."""
+    g_logits, g_values = ctx.saved_tensors
+    grad_logits = (grad_stats[:3].view(3, 1, 1) * g_logits).sum(0)
+    return grad_logits, None, grad_stats[3] * g_values, *([None] * 9)
+
+
+torch.library.register_autograd(
+    "foxhunt::policy_losses", _policy_losses_backward, setup_context=_policy_losses_setup, lib=_lib
+)

@@ -394,3 +394,53 @@ def policy_losses(
         masked_mean(values.detach(), valid),
         masked_mean(q, valid),
     )
+
+
+def policy_losses_grads(
+    logits: Tensor,
+    q_ens: Tensor,
+    values: Tensor,
+    returns: Tensor,
+    adv: Tensor,
+    actions: Tensor,
+    behaviour_logp: Tensor,
+    valid: Tensor,
+    clip: float,
+    temperature: float,
+    normalize: bool,
+    flip_distill: bool = False,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """policy_losses' values stacked [10], and in closed form what the CUDA kernel writes in the same pass: the
+    gradients of l_pi, entropy and l_distill w.r.t. the logits [3, R, N] and of l_v w.r.t. the values [R], zero on
+    invalid rows. With n valid rows, p = softmax(logits), t = softmax(±q_ens / T), H a row's entropy:
+    d l_pi = -g r (onehot(a) - p) / n, with g = A where torch.min's gradient reaches the ratio r (inside the clip
+    range, or where r A is the smaller term), else 0; d entropy = -p (log p + H) / n;
+    d l_distill = (p sum(t) - t) / n; d l_v = 2 (v - R) / n. tests/test_ops_library.py checks them against autograd."""
+    with torch.no_grad():
+        stats = torch.stack(
+            policy_losses(
+                logits, q_ens, values, returns, adv, actions, behaviour_logp, valid, clip, temperature, normalize,
+                flip_distill,
+            )
+        )  # fmt: skip
+        n = valid.sum(dtype=logits.dtype)
+        a = adv
+        if normalize:
+            a = normalize_advantages(adv, valid)
+        lp = torch.log_softmax(logits, dim=-1)
+        p = lp.exp()
+        act = torch.where(valid, actions, 0)
+        logp_a = lp.gather(-1, act[:, None]).squeeze(-1)
+        ratio = (logp_a - torch.where(valid, behaviour_logp, logp_a)).exp()
+        s1, s2 = ratio * a, ratio.clamp(1.0 - clip, 1.0 + clip) * a
+        reached = ((ratio >= 1.0 - clip) & (ratio <= 1.0 + clip)) | (s1 < s2)
+        coef = -torch.where(reached, a, 0.0) * ratio / n
+        g_pi = coef[:, None] * (torch.nn.functional.one_hot(act, logits.shape[1]).to(logits.dtype) - p)
+        h = -(p * lp).sum(-1, keepdim=True)
+        g_ent = -p * (lp + h) / n
+        t = torch.softmax((-q_ens if flip_distill else q_ens) / temperature, dim=-1)
+        g_kl = (p * t.sum(-1, keepdim=True) - t) / n
+        rows = valid[:, None]
+        grads = torch.stack([torch.where(rows, g, 0.0) for g in (g_pi, g_ent, g_kl)])
+        g_v = torch.where(valid, 2.0 * (values - returns) / n, 0.0)
+    return stats, grads, g_v
