@@ -10,7 +10,10 @@ oracle (BENCHMARKS.md, "Where the learning stops"):
 2. **How late a Bayes filter learns of a change.** The forward (HMM) filter of benchmarks/regime_filter.py run
    on the step's signed market-order volume (`flow`), on the order flow imbalance at the best quotes (`ofi`,
    Cont, Kukanov and Stoikov 2014: the best bid's size change where its price held or rose, minus the best ask's,
-   which counts limit orders, cancels and trades there), and on both (`flow+ofi`, a joint emission). Books held
+   which counts limit orders, cancels and trades there), on both (`flow+ofi`, a joint emission), on the depth
+   flow near the mid (`depth`: the bid size gained minus the ask size gained over one step on the same absolute
+   ticks within 5 of the mid, which the limit orders at every level they arrive at move; the observation has
+   no such column) and on the trade flow with it (`flow+depth`). Books held
    flat, emissions fitted on training seeds, scored on other seeds. Per regime change: the steps until the
    filter's most probable regime first equals the new one ("delay"), or none before the regime ends
    ("undetected"); and the share of steps on which it is right.
@@ -45,6 +48,9 @@ from lobsim_env.synthetic import book as bk
 DELAYS = (0, 5, 10, 20, 30, 50, 80)
 MAX_OFI = 12
 """The OFI histogram spans -MAX_OFI..MAX_OFI contracts a step (clipped)."""
+WINDOW_TICKS, MAX_DEPTH_FLOW = 5, 12
+"""The depth flow sums the book within WINDOW_TICKS ticks of the mid (both sides, 11 ticks: past the 6 levels limit
+orders arrive at); its histogram spans -MAX_DEPTH_FLOW..MAX_DEPTH_FLOW contracts a step (clipped)."""
 FIT_SEED, SCORE_SEED = rf.FIT_SEED, 30_000
 """Training seeds of the emission fits, and the seeds the filters are scored on (both far below the held-out)."""
 
@@ -112,21 +118,45 @@ def order_flow_imbalance(before: tuple[np.ndarray, ...], after: tuple[np.ndarray
     return (pb >= pb0) * qb - (pb <= pb0) * qb0 - (pa <= pa0) * qa + (pa >= pa0) * qa0
 
 
-def flows(cfg: MarketConfig, books: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """[horizon, books] signed market-order volume, OFI (both clipped) and the latent regime, books held flat."""
+def window_depth(env: LobVectorEnv, ticks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Resting bid and ask size summed over the absolute ticks ticks[b] - WINDOW_TICKS .. ticks[b] + WINDOW_TICKS of
+    each book (clipped to its price window)."""
+    b = env._state.book
+    j = ticks[:, None] - b.base[:, None] + np.arange(-WINDOW_TICKS, WINDOW_TICKS + 1)[None, :]
+    j = np.clip(j, 0, b.depth.shape[2] - 1)
+    rows = np.arange(b.n_books)[:, None]
+    return b.depth[rows, bk.BID, j].sum(1).astype(np.int64), b.depth[rows, bk.ASK, j].sum(1).astype(np.int64)
+
+
+def step_with_depth_flow(env: LobVectorEnv, actions: np.ndarray) -> tuple[np.ndarray, tuple]:
+    """env.step(actions), and over that step the bid size gained minus the ask size gained on the same absolute ticks
+    near the mid (what every limit order, cancel and trade there did to the book: a limit bid or a market buy counts
+    +1, a limit ask or a market sell -1, a cancel -1 on its side)."""
+    b = env._state.book
+    mid = (b.base + (b.best[:, bk.BID] + b.best[:, bk.ASK]) // 2).astype(np.int64)
+    bid0, ask0 = window_depth(env, mid)
+    out = env.step(actions)
+    bid1, ask1 = window_depth(env, mid)
+    return (bid1 - bid0) - (ask1 - ask0), out
+
+
+def flows(cfg: MarketConfig, books: int, seed: int) -> tuple[np.ndarray, ...]:
+    """[horizon, books] signed market-order volume, OFI, depth flow (all clipped) and the latent regime, books held
+    flat."""
     env = LobVectorEnv(books, cfg)
     obs, _ = env.reset(seed=seed)
     quotes, hold = best_quotes(env), np.full(books, Action.HOLD, np.int64)
-    xs, es, zs = [], [], []
+    xs, es, ws, zs = [], [], [], []
     for _ in range(cfg.horizon):
-        nxt, *_ = env.step(hold)
+        w, (nxt, *_) = step_with_depth_flow(env, hold)
         now = best_quotes(env)
         xs.append(np.clip(rf.recovered_flow(nxt, obs, cfg), -rf.MAX_X, rf.MAX_X))
         es.append(np.clip(order_flow_imbalance(quotes, now), -MAX_OFI, MAX_OFI))
+        ws.append(np.clip(w, -MAX_DEPTH_FLOW, MAX_DEPTH_FLOW))
         zs.append(env.latent_regime().copy())
         obs, quotes = nxt, now
     env.close()
-    return np.array(xs), np.array(es), np.array(zs)
+    return np.array(xs), np.array(es), np.array(ws), np.array(zs)
 
 
 def emission(z: np.ndarray, *cols: tuple[np.ndarray, int]) -> np.ndarray:
@@ -270,25 +300,21 @@ def main(argv: list[str] | None = None) -> int:
             passive[d][u] = {k: m[k] for k in ("pnl_usd_mean", "pnl_usd_sem", "fees_usd_mean", "taker_contracts_mean")}
         row = "  ".join(f"urgent {u}: {passive[d][u]['pnl_usd_mean'] / oracle:.3f}" for u in URGENT)
         print(f"  {d:>3} steps late: {row}")
-    x, e, z = flows(cfg, args.fit_books, FIT_SEED)
-    em = {
-        "flow": emission(z, (x, rf.MAX_X)),
-        "ofi": emission(z, (e, MAX_OFI)),
-        "flow+ofi": emission(z, (x, rf.MAX_X), (e, MAX_OFI)),
-    }
-    x, e, z = flows(cfg, args.score_books, SCORE_SEED)
-    logliks = {
-        "flow": np.log(em["flow"][:, x + rf.MAX_X]),
-        "ofi": np.log(em["ofi"][:, e + MAX_OFI]),
-        "flow+ofi": np.log(em["flow+ofi"][:, x + rf.MAX_X, e + MAX_OFI]),
-    }
+    x, e, w, z = flows(cfg, args.fit_books, FIT_SEED)
+    cols = {"flow": (x, rf.MAX_X), "ofi": (e, MAX_OFI), "depth": (w, MAX_DEPTH_FLOW)}
+    combos = ("flow", "ofi", "flow+ofi", "depth", "flow+depth")
+    em = {name: emission(z, *(cols[c] for c in name.split("+"))) for name in combos}
+    x, e, w, z = flows(cfg, args.score_books, SCORE_SEED)
+    cols = {"flow": (x, rf.MAX_X), "ofi": (e, MAX_OFI), "depth": (w, MAX_DEPTH_FLOW)}
+    logliks = {name: np.log(em[name][(slice(None), *(v + k for v, k in (cols[c] for c in name.split("+"))))])
+               for name in combos}  # fmt: skip
     filters = {}
     print(f"the Bayes filter, books held flat ({args.score_books} books x {cfg.horizon} steps, seeds {SCORE_SEED}+i)")
     for name, ll in logliks.items():
         r = detection(z, np.moveaxis(ll, 0, -1), cfg.synthetic.regime_switch_prob)
         filters[name] = r
         print(
-            f"  {name:<9} right on {r['accuracy']:.3f} of steps; a change seen after {r['delay_median']:.0f} steps "
+            f"  {name:<10} right on {r['accuracy']:.3f} of steps; a change seen after {r['delay_median']:.0f} steps "
             f"(median; mean {r['delay_mean']:.1f}), never on {r['undetected']:.3f} of {r['changes']} changes"
         )
     from lobsim_env.baselines import imbalance
@@ -301,6 +327,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         out = {"episodes": args.episodes, "heldout_seed": seed, "oracle_pnl_usd": oracle, "late_oracle": late}
         out |= {"fit_seed": FIT_SEED, "score_seed": SCORE_SEED, "filters": filters, "max_ofi": MAX_OFI}
+        out |= {"depth_window_ticks": WINDOW_TICKS, "max_depth_flow": MAX_DEPTH_FLOW}
         out |= {"position_lag": lags, "agents": args.agent, "passive_late_oracle": passive}
         Path(args.json).write_text(json.dumps(out, indent=2))
     return 0
