@@ -6,6 +6,7 @@
     python benchmarks/gpu_check.py learner --json F       # full Learner.update: graph / cuda / eager / compile modes
     python benchmarks/gpu_check.py update  --json F       # the captured update: kernels vs reference ops, fp32/TF32
     python benchmarks/gpu_check.py kernels --json F       # what one captured update's kernels are, by name and group
+    python benchmarks/gpu_check.py regions --json F       # the update's kernels by the learner code that launches them
 
 The numbers are tests, skipped without CUDA: the kernels (every op against the float64 reference, gradients,
 opcheck) in tests/test_kernels_cuda.py, on the shared harness in tests/kernel_checks.py, which `sanitize` runs
@@ -360,7 +361,7 @@ def run_kernel_profile(device: str, json_path: str | None, preset_name: str, rep
                 "kernel_us": round(sum(us for _, us in by_name.values()), 1),
                 "groups": {g: {"kernels": round(n, 1), "us": round(us, 1)} for g, (n, us) in sorted(groups.items())},
                 "top": [
-                    {"name": k[:160], "group": kernel_group(k), "n": round(n, 2), "us": round(us, 2)}
+                    {"name": short_kernel_name(k, 200), "group": kernel_group(k), "n": round(n, 2), "us": round(us, 2)}
                     for k, (n, us) in top
                 ],
             }
@@ -375,6 +376,114 @@ def run_kernel_profile(device: str, json_path: str | None, preset_name: str, rep
     ops.set_backend("cuda")
     if json_path:
         Path(json_path).write_text(json.dumps(report, indent=1))
+
+
+REGIONS = {
+    "_policy_losses": "on-policy losses (encoder, heads, GAE, policy_losses)",
+    "_q_losses": "Q losses (encoders, C51, IQN, dueling)",
+    "_main_loss": "main loss (weighted sum)",
+    "_backprop": "backward (zero grads, autograd)",
+    "_backward": "grad norms, finiteness (+ backward w/o _backprop)",
+    "_guarded_step": "guard: snapshot, clip, Adam, Polyak, undo",
+    "_fused_guarded_step": "guard as one op (ops.guarded_adam_)",
+    "_apply": "host guard (the CPU's): skip, clip, Adam, undo",
+}
+"""Learner methods whose launches `regions` counts apart (a launch belongs to the innermost one running); the rest
+of Learner.update (the replay write and gather, the diag stack) is 'the rest of update'."""
+_NOISE = ("void ", "at::native::", "(anonymous namespace)::", "std::", "c10::", "at::cuda::", "cutlass::", "foxhunt::")
+
+
+def short_kernel_name(name: str, width: int = 150) -> str:
+    """A kernel's name without its namespaces and return type, so the functor of an elementwise kernel shows."""
+    for noise in _NOISE:
+        name = name.replace(noise, "")
+    return " ".join(name.split())[:width]
+
+
+def attribute_to_regions(spans: list[tuple[str, float, float]], items: list[tuple[float, str, float]]) -> dict:
+    """{region: {item name: [count, total]}} for items (start, name, value) by the innermost span (name, start, end)
+    whose interval holds the item's start (launches from the autograd thread fall in the backward's span by time);
+    items outside every span go to 'the rest of update'."""
+    out: dict[str, dict[str, list[float]]] = {}
+    for start, name, value in items:
+        inside = [(e - s, r) for r, s, e in spans if s <= start <= e]
+        region = min(inside)[1] if inside else "the rest of update"
+        slot = out.setdefault(region, {}).setdefault(name, [0.0, 0.0])
+        slot[0] += 1
+        slot[1] += value
+    return out
+
+
+def run_regions(device: str, json_path: str | None, preset_name: str, T: int, B: int, reps: int) -> dict:
+    """Issue 12, part 3: which learner code launches the update's kernels. The eager update (the graph's body, op for
+    op; cuda_graph off so the CPU ops that launch each kernel are seen) at T x B, q_batch 1024, under torch.profiler
+    for `reps` updates, custom kernels and reference ops: per REGIONS entry, kernels and device µs an update, and its
+    costliest kernels. On the CPU (to test this) the leaf CPU ops stand in for kernels."""
+    import dataclasses
+
+    from foxhunt_ray.presets import preset
+    from learner.learner import Learner
+
+    obs_dim, n_actions = market_shapes(preset_name)
+    batches = [torch_rollout(T, B, obs_dim, n_actions, seed=s) for s in range(4)]
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if device == "cuda":
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    report: dict = {"preset": preset_name, "T": T, "B": B, "q_batch": 1024, "reps": reps, "rows": []}
+    previous = ops._State.mode
+    for backend in ("cuda", "reference") if device == "cuda" else ("reference",):
+        ops.set_backend(backend)
+        cfg = dataclasses.replace(preset(preset_name), q_batch_size=1024, replay_min_size=1024, cuda_graph=False)
+        lrn = Learner(cfg, obs_dim=obs_dim, n_actions=n_actions, device=device, seed=0)
+        spans: list[tuple[str, float, float]] = []
+        for method in REGIONS:
+            if hasattr(lrn, method):
+                fn = getattr(lrn, method)
+
+                def wrapped(*a, _fn=fn, _name=method, **k):
+                    with torch.profiler.record_function("region" + _name):
+                        return _fn(*a, **k)
+
+                setattr(lrn, method, wrapped)
+        for i in range(6):
+            lrn.update(batches[i % 4])
+        if device == "cuda":
+            torch.cuda.synchronize()
+        with torch.profiler.profile(activities=activities) as prof:
+            for i in range(reps):
+                lrn.update(batches[i % 4])
+            if device == "cuda":
+                torch.cuda.synchronize()
+        items: list[tuple[float, str, float]] = []
+        for e in prof.events():
+            if e.name.startswith("region_"):
+                spans.append((e.name[len("region") :], e.time_range.start, e.time_range.end))
+            elif device == "cuda":
+                items += [(e.time_range.start, short_kernel_name(k.name), k.duration) for k in e.kernels]
+            elif not e.cpu_children and e.name.startswith("aten::"):
+                items.append((e.time_range.start, e.name, e.cpu_time_total))
+        by_region = attribute_to_regions(spans, items)
+        row = {"ops": backend, "regions": {}}
+        print(f"{T}x{B} {backend} (eager update, {reps} updates): per update", flush=True)
+        for region, names in sorted(by_region.items(), key=lambda kv: -sum(v[1] for v in kv[1].values())):
+            n, us = sum(v[0] for v in names.values()) / reps, sum(v[1] for v in names.values()) / reps
+            top = sorted(names.items(), key=lambda kv: -kv[1][1])[:12]
+            label = REGIONS.get(region, region)
+            row["regions"][region] = {
+                "label": label,
+                "kernels": round(n, 1),
+                "us": round(us, 1),
+                "top": [{"name": k, "n": round(c / reps, 2), "us": round(t / reps, 2)} for k, (c, t) in top],
+            }
+            print(f"  {label:<45}{n:>8.1f} kernels{us:>10.1f} us", flush=True)
+            for k, (c, t) in top[:8]:
+                print(f"      {t / reps:>8.1f} us {c / reps:>6.1f}x  {k[:120]}", flush=True)
+        report["rows"].append(row)
+        del lrn
+    ops.set_backend(previous)
+    if json_path:
+        Path(json_path).write_text(json.dumps(report, indent=1))
+    return report
 
 
 def run_learner(device: str, json_path: str | None, preset_name: str, T: int, B: int, reps: int) -> None:
@@ -597,7 +706,7 @@ def count_floor(learner, batch, ceilings) -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("stage", choices=["build", "sanitize", "ops", "learner", "update", "kernels"])
+    parser.add_argument("stage", choices=["build", "sanitize", "ops", "learner", "update", "kernels", "regions"])
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--json")
     parser.add_argument("--preset", default="phase4_3")
@@ -623,6 +732,8 @@ def main() -> int:
         run_kernel_profile(args.device, args.json, args.preset, min(args.reps, 20))
     elif args.stage == "learner":
         run_learner(args.device, args.json, args.preset, args.T, args.B, args.reps)
+    elif args.stage == "regions":
+        run_regions(args.device, args.json, args.preset, args.T, args.B, min(args.reps, 10))
     return 0
 
 
