@@ -159,6 +159,17 @@ def flows(cfg: MarketConfig, books: int, seed: int) -> tuple[np.ndarray, ...]:
     return np.array(xs), np.array(es), np.array(ws), np.array(zs)
 
 
+FILTERS = ("flow", "ofi", "flow+ofi", "depth", "flow+depth")
+"""The filters scored: each reads the inputs its name joins with '+' (a joint emission)."""
+
+
+def filter_inputs(columns: list[np.ndarray], name: str) -> list[tuple[np.ndarray, int]]:
+    """(values, half width) of each input filter `name` reads, from flows()'s flow, OFI and depth flow columns."""
+    flow, ofi, depth = columns
+    by_name = {"flow": (flow, rf.MAX_X), "ofi": (ofi, MAX_OFI), "depth": (depth, MAX_DEPTH_FLOW)}
+    return [by_name[c] for c in name.split("+")]
+
+
 def emission(z: np.ndarray, *cols: tuple[np.ndarray, int]) -> np.ndarray:
     """P(values | z) over the joint histogram of the columns (each (values, half width)), add-one smoothed and
     pooled with its mirror image (the flow is symmetric: P(v | z) = P(-v | -z))."""
@@ -300,14 +311,10 @@ def main(argv: list[str] | None = None) -> int:
             passive[d][u] = {k: m[k] for k in ("pnl_usd_mean", "pnl_usd_sem", "fees_usd_mean", "taker_contracts_mean")}
         row = "  ".join(f"urgent {u}: {passive[d][u]['pnl_usd_mean'] / oracle:.3f}" for u in URGENT)
         print(f"  {d:>3} steps late: {row}")
-    x, e, w, z = flows(cfg, args.fit_books, FIT_SEED)
-    cols = {"flow": (x, rf.MAX_X), "ofi": (e, MAX_OFI), "depth": (w, MAX_DEPTH_FLOW)}
-    combos = ("flow", "ofi", "flow+ofi", "depth", "flow+depth")
-    em = {name: emission(z, *(cols[c] for c in name.split("+"))) for name in combos}
-    x, e, w, z = flows(cfg, args.score_books, SCORE_SEED)
-    cols = {"flow": (x, rf.MAX_X), "ofi": (e, MAX_OFI), "depth": (w, MAX_DEPTH_FLOW)}
-    logliks = {name: np.log(em[name][(slice(None), *(v + k for v, k in (cols[c] for c in name.split("+"))))])
-               for name in combos}  # fmt: skip
+    *fit, z = flows(cfg, args.fit_books, FIT_SEED)
+    em = {name: emission(z, *filter_inputs(fit, name)) for name in FILTERS}
+    *score, z = flows(cfg, args.score_books, SCORE_SEED)
+    logliks = {name: np.log(em[name][:, *(v + k for v, k in filter_inputs(score, name))]) for name in FILTERS}
     filters = {}
     print(f"the Bayes filter, books held flat ({args.score_books} books x {cfg.horizon} steps, seeds {SCORE_SEED}+i)")
     for name, ll in logliks.items():

@@ -111,6 +111,6 @@ def test_depth_flow_counts_what_changed_on_the_same_ticks_and_leans_with_the_reg
         w, _ = dl.step_with_depth_flow(env, hold)
         assert (w == want).all(), (fake.__name__, w)
     env.close()
-    x, e, w, z = dl.flows(dataclasses.replace(CFG, horizon=300), 64, seed=11)
+    _, _, w, z = dl.flows(dataclasses.replace(CFG, horizon=300), 64, seed=11)
     assert w.shape == z.shape == (300, 64) and np.abs(w).max() <= dl.MAX_DEPTH_FLOW
     assert np.corrcoef(w.ravel(), z.ravel())[0, 1] > 0.1  # 0.17 over 256 books x 1,000 steps
