@@ -234,12 +234,16 @@ HOLD = 10
 """position_lag counts a position as following a new regime once it keeps the regime's sign this many steps."""
 
 
-def position_lag(z: np.ndarray, position: np.ndarray) -> dict[str, float]:
+LENGTH_BUCKETS = ((0, 20), (20, 50), (50, 100), (100, 200), (200, 10**9))
+"""Regime lengths (steps, [lo, hi)) position_lag splits the changes never followed by."""
+
+
+def position_lag(z: np.ndarray, position: np.ndarray) -> dict:
     """How late a policy's position follows the regime, from [horizon, B] regimes and positions: per change into
     +-1 within an episode, the steps until the position takes the new regime's sign and keeps it HOLD steps (or to
     the regime's end) ("lag"), or never before the regime ends; and the share of steps with z != 0 on which it
     has z's sign."""
-    lags, never = [], 0
+    lags, never, lengths, missed = [], 0, [], []
     for b in range(z.shape[1]):
         for s, e in regime_spans(z[:, b]):
             if z[s, b] == 0:
@@ -252,13 +256,22 @@ def position_lag(z: np.ndarray, position: np.ndarray) -> dict[str, float]:
                 lags.append(int(hit[0]))
             else:
                 never += 1
+            lengths.append(e - s)
+            missed.append(not hit.size)
     lag = np.array(lags)
     signed = z != 0
+    lengths_a, missed_a = np.array(lengths), np.array(missed, dtype=bool)
+    by_length = {}
+    for lo, hi in LENGTH_BUCKETS:
+        inside = (lengths_a >= lo) & (lengths_a < hi)
+        share = float(missed_a[inside].mean()) if inside.any() else float("nan")
+        by_length[f"{lo}-{hi}" if hi < 10**9 else f"{lo}+"] = {"changes": int(inside.sum()), "never": share}
     return {
         "changes": int(lag.size + never),
         "lag_median": float(np.median(lag)) if lag.size else float("nan"),
         "lag_mean": float(lag.mean()) if lag.size else float("nan"),
         "never": never / max(1, lag.size + never),
+        "never_by_regime_length": by_length,
         "aligned": float((np.sign(position) == z)[signed].mean()),
     }
 
@@ -277,6 +290,8 @@ def lag_table(cfg: MarketConfig, policies: dict, episodes: int, seed: int, oracl
             f"{r['lag_median']:.0f} steps (median; mean {r['lag_mean']:.1f}), never on {r['never']:.3f} of "
             f"{r['changes']} changes; right-signed on {r['aligned']:.3f} of steps with z != 0"
         )
+        split = "  ".join(f"{k}: {v['never']:.2f} of {v['changes']}" for k, v in r["never_by_regime_length"].items())
+        print(f"  {'':<16} never followed, by the new regime's length in steps: {split}")
     return rows
 
 

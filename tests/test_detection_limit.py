@@ -67,6 +67,9 @@ def test_position_lag_counts_a_held_position_not_a_flicker():
     assert r["changes"] == 3 and r["never"] == pytest.approx(1 / 3)
     assert r["lag_median"] == 12.5 and r["lag_mean"] == 12.5  # (5 + 20) / 2
     assert r["aligned"] == pytest.approx((55 + 41) / 180)  # right-signed steps of the 3 x 60 with z != 0
+    # the three changes start regimes of 60 steps (to the episode's end): the one never followed is among them
+    assert r["never_by_regime_length"]["50-100"] == {"changes": 3, "never": pytest.approx(1 / 3)}
+    assert r["never_by_regime_length"]["0-20"]["changes"] == 0
 
 
 def test_the_passive_oracle_joins_near_its_target_and_never_takes_when_never_urgent():
