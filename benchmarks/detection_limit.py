@@ -243,7 +243,7 @@ def position_lag(z: np.ndarray, position: np.ndarray) -> dict:
     +-1 within an episode, the steps until the position takes the new regime's sign and keeps it HOLD steps (or to
     the regime's end) ("lag"), or never before the regime ends; and the share of steps with z != 0 on which it
     has z's sign."""
-    lags, never, lengths, missed = [], 0, [], []
+    lags, lengths, missed = [], [], []
     for b in range(z.shape[1]):
         for s, e in regime_spans(z[:, b]):
             if z[s, b] == 0:
@@ -254,13 +254,12 @@ def position_lag(z: np.ndarray, position: np.ndarray) -> dict:
             hit = np.flatnonzero(held)
             if hit.size:
                 lags.append(int(hit[0]))
-            else:
-                never += 1
             lengths.append(e - s)
             missed.append(not hit.size)
     lag = np.array(lags)
     signed = z != 0
     lengths_a, missed_a = np.array(lengths), np.array(missed, dtype=bool)
+    never = int(missed_a.sum())
     by_length = {}
     for lo, hi in LENGTH_BUCKETS:
         inside = (lengths_a >= lo) & (lengths_a < hi)
