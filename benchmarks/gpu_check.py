@@ -7,6 +7,7 @@
     python benchmarks/gpu_check.py update  --json F       # the captured update: kernels vs reference ops, fp32/TF32
     python benchmarks/gpu_check.py kernels --json F       # what one captured update's kernels are, by name and group
     python benchmarks/gpu_check.py regions --json F       # the update's kernels by the learner code that launches them
+    python benchmarks/gpu_check.py census  --json F       # (CPU, no GPU needed) the captured update's launches, counted
 
 The numbers are tests, skipped without CUDA: the kernels (every op against the float64 reference, gradients,
 opcheck) in tests/test_kernels_cuda.py, on the shared harness in tests/kernel_checks.py, which `sanitize` runs
@@ -414,6 +415,19 @@ def attribute_to_regions(spans: list[tuple[str, float, float]], items: list[tupl
     return out
 
 
+def mark_regions(obj, methods=tuple(REGIONS)) -> None:
+    """Wrap each of obj's `methods` it has so that torch.profiler records its span as 'region<method name>'."""
+    for method in methods:
+        if hasattr(obj, method):
+            fn = getattr(obj, method)
+
+            def wrapped(*a, _fn=fn, _name=method, **k):
+                with torch.profiler.record_function("region" + _name):
+                    return _fn(*a, **k)
+
+            setattr(obj, method, wrapped)
+
+
 def run_regions(device: str, json_path: str | None, preset_name: str, T: int, B: int, reps: int) -> dict:
     """Issue 12, part 3: which learner code launches the update's kernels. The eager update (the graph's body, op for
     op; cuda_graph off so the CPU ops that launch each kernel are seen) at T x B, q_batch 1024, under torch.profiler
@@ -436,15 +450,7 @@ def run_regions(device: str, json_path: str | None, preset_name: str, T: int, B:
         cfg = dataclasses.replace(preset(preset_name), q_batch_size=1024, replay_min_size=1024, cuda_graph=False)
         lrn = Learner(cfg, obs_dim=obs_dim, n_actions=n_actions, device=device, seed=0)
         spans: list[tuple[str, float, float]] = []
-        for method in REGIONS:
-            if hasattr(lrn, method):
-                fn = getattr(lrn, method)
-
-                def wrapped(*a, _fn=fn, _name=method, **k):
-                    with torch.profiler.record_function("region" + _name):
-                        return _fn(*a, **k)
-
-                setattr(lrn, method, wrapped)
+        mark_regions(lrn)
         for i in range(6):
             lrn.update(batches[i % 4])
         if device == "cuda":
@@ -481,6 +487,84 @@ def run_regions(device: str, json_path: str | None, preset_name: str, T: int, B:
         report["rows"].append(row)
         del lrn
     ops.set_backend(previous)
+    if json_path:
+        Path(json_path).write_text(json.dumps(report, indent=1))
+    return report
+
+
+NO_LAUNCH = frozenset(
+    "aten::" + name
+    for name in (
+        "view as_strided empty empty_strided empty_like reshape _reshape_alias _unsafe_view expand expand_as t "
+        "transpose permute unsqueeze squeeze squeeze_ unsqueeze_ select slice narrow unbind split split_with_sizes "
+        "chunk unflatten flatten contiguous detach alias lift_fresh resolve_conj resolve_neg result_type to "
+        "_to_copy diagonal movedim view_as type_as broadcast_tensors new_empty new_empty_strided resize_ set_ "
+        "item _local_scalar_dense is_nonzero size stride matmul linear _has_compatible_shallow_copy_type"
+    ).split()
+)
+"""CPU ops that launch no kernel of their own on CUDA (views, metadata, wrappers whose children launch)."""
+
+
+def run_census(json_path: str | None, preset_name: str, T: int, B: int) -> dict:
+    """Issue 12, part 3, without a GPU: the launches of the captured update, counted on the CPU. The graph's body
+    (GraphUpdate(capture=False), the device guard, replay sampled, Q losses on) runs at T x B, q_batch 1024, with
+    every learner op taking its custom op (the CPU registrations of torch.ops.foxhunt.*, each counted as one
+    launch, its insides not) and torch.profiler records the leaf CPU ops that would launch a kernel on CUDA,
+    by REGIONS entry. A proxy, not a measurement: a GEMM counts once whatever cuBLAS splits it into, and an
+    elementwise op once whatever TensorIterator does; it moves when a change adds or removes launches."""
+    import dataclasses
+
+    from foxhunt_ray.presets import preset
+    from learner import graph as G
+    from learner.learner import Learner
+
+    obs_dim, n_actions = market_shapes(preset_name)
+    batches = [torch_rollout(T, B, obs_dim, n_actions, seed=s) for s in range(3)]
+    use_kernels = ops._use_kernels
+    ops._use_kernels = lambda t: True  # the custom ops' CPU registrations stand in for their kernels
+    try:
+        cfg = dataclasses.replace(preset(preset_name), q_batch_size=1024, replay_min_size=1024, cuda_graph=False)
+        lrn = Learner(cfg, obs_dim=obs_dim, n_actions=n_actions, device="cpu", seed=0)
+        lrn.device_guard = True
+        lrn.graph = G.GraphUpdate(lrn, capture=False)
+        mark_regions(lrn)
+        mark_regions(lrn.graph, ("_body",))
+        steps = 0
+        while len(lrn.replay) < cfg.replay_min_size or steps < 2:  # then every step takes the graph's body
+            lrn.update(batches[steps % 3])
+            steps += 1
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True) as prof:
+            lrn.update(batches[steps % 3])
+    finally:
+        ops._use_kernels = use_kernels
+    spans, items = [], []
+    for e in prof.events():
+        if e.name.startswith("region_"):
+            spans.append((e.name[len("region") :], e.time_range.start, e.time_range.end))
+    for e in prof.events():
+        inside = e.cpu_parent
+        while inside is not None and not inside.name.startswith("foxhunt::"):
+            inside = inside.cpu_parent
+        if inside is not None or not e.name.startswith(("aten::", "foxhunt::")) or e.name in NO_LAUNCH:
+            continue
+        if e.name.startswith("aten::") and any(
+            c.name.startswith("aten::") and c.name not in NO_LAUNCH for c in e.cpu_children
+        ):
+            continue  # a composite: its children are the launches
+        items.append((e.time_range.start, f"{e.name} {e.input_shapes}"[:110], 1.0))
+    by_region = attribute_to_regions(spans, items)
+    by_region.pop("the rest of update", None)  # the host's work around the body: not in the graph
+    total = sum(v[0] for names in by_region.values() for v in names.values())
+    report = {"preset": preset_name, "T": T, "B": B, "q_batch": 1024, "launches": total, "regions": {}}
+    print(f"{T}x{B} {preset_name}: {total:.0f} launches in the captured update's body (CPU census)")
+    for region, names in sorted(by_region.items(), key=lambda kv: -sum(v[0] for v in kv[1].values())):
+        n = sum(v[0] for v in names.values())
+        label = REGIONS.get(region, "the rest of the body (replay gather, diag stack)")
+        top = sorted(names.items(), key=lambda kv: -kv[1][0])
+        report["regions"][region] = {"label": label, "launches": n, "ops": {k: int(c) for k, (c, _) in top}}
+        print(f"  {label:<55}{n:>5.0f}")
+        for k, (c, _) in top[:10]:
+            print(f"      {c:>3.0f}x  {k}")
     if json_path:
         Path(json_path).write_text(json.dumps(report, indent=1))
     return report
@@ -706,7 +790,8 @@ def count_floor(learner, batch, ceilings) -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("stage", choices=["build", "sanitize", "ops", "learner", "update", "kernels", "regions"])
+    stages = ["build", "sanitize", "ops", "learner", "update", "kernels", "regions", "census"]
+    parser.add_argument("stage", choices=stages)
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--json")
     parser.add_argument("--preset", default="phase4_3")
@@ -715,6 +800,9 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=200)
     args = parser.parse_args()
     print(f"torch {torch.__version__}, cuda available: {torch.cuda.is_available()}", flush=True)
+    if args.stage == "census":
+        run_census(args.json, args.preset, args.T, args.B)
+        return 0
     if args.device == "cuda":
         t0 = time.perf_counter()
         ops.load_extension(verbose=args.stage == "build")

@@ -37,10 +37,16 @@ def encoder_mlp(obs_dim: int, hidden_dim: int, layers: int) -> nn.Sequential:
     return nn.Sequential(*mods)
 
 
-def cosine_features(tau: torch.Tensor) -> torch.Tensor:
-    """[B, T] -> [B, T, 64]: cos(pi * i * tau) for i = 0..63."""
-    i = torch.arange(IQN_EMBED_DIM, device=tau.device, dtype=tau.dtype)
-    return torch.cos(math.pi * i * tau[..., None])
+def cosine_frequencies(like: torch.Tensor) -> torch.Tensor:
+    """[64]: pi * i for i = 0..63, in like's dtype, on like's device."""
+    return math.pi * torch.arange(IQN_EMBED_DIM, device=like.device, dtype=like.dtype)
+
+
+def cosine_features(tau: torch.Tensor, freq: torch.Tensor | None = None) -> torch.Tensor:
+    """[B, T] -> [B, T, 64]: cos(pi * i * tau) for i = 0..63 (freq: cosine_frequencies(tau), if already made)."""
+    if freq is None:
+        freq = cosine_frequencies(tau)
+    return torch.cos(freq * tau[..., None])
 
 
 def quantile_midpoints(batch: int, n: int, like: torch.Tensor) -> torch.Tensor:
@@ -57,6 +63,21 @@ class IQNHead(nn.Module):
         super().__init__()
         self.embed = nn.Linear(IQN_EMBED_DIM, hidden_dim)
         self.out = nn.Linear(hidden_dim, n_actions)
+        self._constants: dict[tuple, torch.Tensor] = {}  # _constant's; never saved, rebuilt on demand
+
+    def _constant(self, name: str, n: int, like: torch.Tensor) -> torch.Tensor:
+        """The cosine frequencies ('freq') or the cosine features of n fixed midpoints ('midpoints', [1, n, 64]) in
+        like's dtype and device, made once by the very ops that made them on every call (so the same values): a
+        captured update would otherwise replay about 9 kernels a step for them. Not kept while a CUDA graph is
+        being captured (the graph's warm-up step, eager, makes them first)."""
+        key = (name, n, like.device, like.dtype)
+        value = self._constants.get(key)
+        if value is None:
+            freq = cosine_frequencies(like)
+            value = freq if name == "freq" else cosine_features(quantile_midpoints(1, n, like), freq)
+            if not (like.is_cuda and torch.cuda.is_current_stream_capturing()):
+                self._constants[key] = value
+        return value
 
     def features(self, h: torch.Tensor, tau: torch.Tensor | int) -> torch.Tensor:
         """h * ReLU(Linear(cos-embedding(tau))): [B, T, H], what the output layer (and a dueling V) reads.
@@ -66,9 +87,9 @@ class IQNHead(nn.Module):
         cost of one tau instead of n: q_ens, qpa and the double-DQN a* need only that mean.
         """
         if isinstance(tau, int):
-            phi = torch.relu(self.embed(cosine_features(quantile_midpoints(1, tau, h)))).mean(1, keepdim=True)
+            phi = torch.relu(self.embed(self._constant("midpoints", tau, h))).mean(1, keepdim=True)
         else:
-            phi = torch.relu(self.embed(cosine_features(tau)))
+            phi = torch.relu(self.embed(cosine_features(tau, self._constant("freq", 0, tau))))
         return h[:, None, :] * phi
 
     def forward(self, h: torch.Tensor, tau: torch.Tensor | int) -> torch.Tensor:
@@ -76,7 +97,8 @@ class IQNHead(nn.Module):
             return self.out(self.features(h, tau))
         # sampled taus: the product with h and the output layer in one op (ops.iqn_head; the same math as
         # self.out(self.features(h, tau)), op for op on the reference path)
-        return ops.iqn_head(h, self.embed(cosine_features(tau)), self.out.weight, self.out.bias)
+        pre = self.embed(cosine_features(tau, self._constant("freq", 0, tau)))
+        return ops.iqn_head(h, pre, self.out.weight, self.out.bias)
 
 
 class MainNet(nn.Module):

@@ -42,3 +42,34 @@ def test_the_regions_stage_on_the_cpu_counts_every_part_of_the_update(tmp_path):
     for method in ("_policy_losses", "_q_losses", "_main_loss", "_apply"):
         assert regions[method]["kernels"] > 0, (method, sorted(regions))
     assert (tmp_path / "r.json").exists() and gc.ops.backend() == before  # the backend mode put back
+
+
+def test_the_census_counts_the_captured_body_s_launches_and_pins_the_ones_removed(tmp_path):
+    """census runs the graph's body on the CPU with the custom ops standing in for their kernels: each custom op
+    counts once (its reference insides not at all), and the launches taken out of the update stay out: the main
+    loss is one dot product, the backward writes each flat gradient with one concatenation (no zeroing, no add
+    per parameter), the IQN's cosine frequencies and midpoint features are not remade, and the online encoder
+    runs once with gradients."""
+    report = gc.run_census(str(tmp_path / "c.json"), "smoke", T=8, B=32)
+    assert (tmp_path / "c.json").exists() and gc.ops.backend().startswith("reference")
+    regions = report["regions"]
+    assert report["launches"] == sum(r["launches"] for r in regions.values()) > 50
+    q_ops = regions["_q_losses"]["ops"]
+    assert sum(c for k, c in q_ops.items() if k.startswith("foxhunt::iqn_head ")) == 2  # online and target
+    assert not any(k.startswith("aten::") and "iqn_head" in k for k in q_ops)
+    assert regions["_main_loss"]["launches"] <= 3
+    backprop = regions["_backprop"]["ops"]
+    n_flat = sum(p.numel() for p in _smoke_net_parameters())
+    assert not any(k.startswith(("aten::zero_", "aten::fill_")) and f"[[{n_flat}]" in k for k in backprop)
+    assert sum(c for k, c in backprop.items() if k.startswith("aten::cat") and k.endswith(f"[{n_flat}]]")) == 1
+    body = [k for r in regions.values() for k in r["ops"]]
+    assert not any(k.startswith("aten::arange") for k in body)
+    assert sum(c for r in regions.values() for k, c in r["ops"].items() if k.startswith("aten::cos ")) == 2
+
+
+def _smoke_net_parameters():
+    from foxhunt_ray.presets import preset
+    from learner.network import main_net
+
+    obs_dim, n_actions = gc.market_shapes("smoke")
+    return list(main_net(preset("smoke"), obs_dim, n_actions).parameters())

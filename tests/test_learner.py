@@ -15,6 +15,7 @@ from learner import diag as D
 from learner.config import FaultInjection
 from learner.learner import Learner
 from learner.network import policy_from_weights
+from learner.replay import rollout_from_batch
 from tests.learner_batches import OBS, N, random_rollout, smoke_cfg
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -390,3 +391,66 @@ def test_only_valid_steps_actions_must_be_in_range():
     batch["actions"][3, 1] = N  # on a valid one: refused, with the valid steps' range
     with pytest.raises(ValueError, match=r"actions.*must lie in \[0, 7\), got range \[0, 7\]"):
         rollout_from_batch(batch, obs_dim=OBS, n_actions=N)
+
+
+@pytest.mark.parametrize("graph_body", [False, True])
+def test_one_online_encoder_pass_serves_the_rollout_and_the_replay_sample(graph_body):
+    """A step with the Q losses on runs the online encoder once with gradients, over the rollout's states and the
+    replay sample together (and once more without, for the next states): the same losses as two passes, and
+    gradients equal up to the order in which the weight gradients sum their rows."""
+    from learner import graph as G
+
+    lrn = Learner(_cfg(dueling_mode="baseline"), obs_dim=OBS, n_actions=N, seed=2)
+    if graph_body:
+        lrn.device_guard = True
+        lrn.graph = G.GraphUpdate(lrn, capture=False)
+    rng = np.random.default_rng(5)
+    lrn.update(_rollout(rng))  # fills replay: the next step trains the Q losses
+    passes: list[tuple[int, bool]] = []
+    hook = lrn.net.encoder.register_forward_hook(lambda m, x, y: passes.append((len(y), torch.is_grad_enabled())))
+    lrn.update(_rollout(rng))
+    hook.remove()
+    rows = 7 * 4 + lrn.cfg.q_batch_size  # (T+1) B rollout states, then the sample
+    assert passes == [(rows, True), (lrn.cfg.q_batch_size, False)]
+
+    ro = rollout_from_batch(_rollout(rng), obs_dim=OBS, n_actions=N)
+    state = (lrn.gen.get_state(), lrn.replay.gen.get_state())
+    results = []
+    for together in (False, True):
+        lrn.gen.set_state(state[0])
+        lrn.replay.gen.set_state(state[1])
+        sample = lrn.replay.sample(lrn.cfg.q_batch_size)
+        h_all, h_q = lrn._encode(ro.obs, sample["obs"]) if together else (None, None)
+        out: dict = {}
+        losses = [*lrn._policy_losses(ro.to_dict(), out, h_all=h_all), *lrn._q_losses(sample, h=h_q)]
+        lrn.main.grad.zero_()
+        sum(losses[:-1]).backward()
+        results.append((torch.stack([x.detach() for x in losses]), lrn.main.grad.clone()))
+    (l_two, g_two), (l_one, g_one) = results
+    torch.testing.assert_close(l_one, l_two, rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(g_one, g_two, rtol=1e-5, atol=1e-7)
+    assert g_one.abs().sum() > 0
+
+
+def test_iqn_constants_are_made_once_with_the_values_each_call_made():
+    """The cosine frequencies and the midpoints' cosine features are kept per (n, device, dtype) after their first
+    use: the same tensor on every later call (a CUDA graph replays no kernel for them), with the very values the
+    formula gives, and the head's output unchanged."""
+    import math
+
+    from learner.network import IQN_EMBED_DIM, IQNHead, quantile_midpoints
+
+    torch.manual_seed(0)
+    head = IQNHead(16, 3)
+    h, tau = torch.randn(5, 16), torch.rand(5, 4)
+    i = torch.arange(IQN_EMBED_DIM, dtype=torch.float32)
+    want_freq, want_mid = math.pi * i, torch.cos(math.pi * i * quantile_midpoints(1, 8, h)[..., None])
+    first = head.features(h, 8), head(h, tau)
+    freq, mid = head._constant("freq", 0, tau), head._constant("midpoints", 8, h)
+    assert torch.equal(freq, want_freq) and torch.equal(mid, want_mid)
+    second = head.features(h, 8), head(h, tau)
+    assert head._constant("freq", 0, tau) is freq and head._constant("midpoints", 8, h) is mid
+    assert all(torch.equal(a, b) for a, b in zip(first, second, strict=True))
+    phi = torch.relu(head.embed(torch.cos(math.pi * i * tau[..., None])))
+    assert torch.equal(head(h, tau), head.out(h[:, None, :] * phi))
+    assert head._constant("midpoints", 8, h.double()).dtype == torch.float64  # one per dtype
