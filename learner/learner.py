@@ -566,16 +566,14 @@ class Learner:
         return [self.main] if self.dueling is None else [self.main, self.dueling]
 
     def _backward(self, loss: torch.Tensor, l_dueling: torch.Tensor | None, out: dict) -> torch.Tensor:
-        """Zero the grads, ONE backward, record the grad norms; returns healthy (bool [], on the device):
+        """ONE backward (_backprop), then the grad norms; returns healthy (bool [], on the device):
         the losses and gradients are all finite. Both guards (host: _apply, device: _guarded_step) use it.
 
         h is detached before the dueling head, so the two graphs are disjoint and one backward of
         loss + l_dueling gives every gradient bit-identically to two (tests/test_graph.py): the dueling loss
         cannot touch a main-net gradient.
         """
-        parts = self._parts()
-        duel = l_dueling is not None and self.dueling is not None
-        self._backprop(loss + l_dueling if duel else loss, parts)
+        parts = self._backprop(loss, l_dueling)
         for name, sl in self.groups.items():
             out[D.grad_norm_key(name)] = self.main.grad[sl].norm()
         out[D.grad_norm_key("total")] = self.main.grad.norm()
@@ -588,17 +586,25 @@ class Learner:
             healthy = healthy & torch.isfinite(p.grad).all()
         return healthy
 
-    @staticmethod
-    def _backprop(loss: torch.Tensor, parts: list[_Trainable]) -> None:
-        """Every part's flat gradient := d loss / d its parameters (zeros where the loss does not reach them).
-        One autograd.grad and one concatenation into each flat buffer: backward() into the .grad views would zero
-        each buffer, then add into it once per parameter tensor (about 20 kernels a step on CUDA)."""
+    def _backprop(self, loss: torch.Tensor, l_dueling: torch.Tensor | None) -> list[_Trainable]:
+        """ONE backward of loss (+ l_dueling): every part's flat gradient := the gradient of that sum by its
+        parameters (zeros where the sum does not reach them); returns the parts. One autograd.grad and one
+        concatenation into each flat buffer: backward() into the .grad views would zero each buffer, then add into
+        it once per parameter tensor (about 20 kernels a step on CUDA)."""
+        parts = self._parts()
+        duel = l_dueling is not None and self.dueling is not None
         leaves = [list(p.net.parameters()) for p in parts]
-        grads = torch.autograd.grad(loss, [q for ps in leaves for q in ps], allow_unused=True, materialize_grads=True)
+        grads = torch.autograd.grad(
+            loss + l_dueling if duel else loss,
+            [q for ps in leaves for q in ps],
+            allow_unused=True,
+            materialize_grads=True,
+        )
         start = 0
         for p, ps in zip(parts, leaves, strict=True):
             torch.cat([g.reshape(-1) for g in grads[start : start + len(ps)]], out=p.grad)
             start += len(ps)
+        return parts
 
     def _clip_and_step(self) -> None:
         for p in self._parts():  # each network is clipped on its own norm: a global norm would couple them
