@@ -215,6 +215,8 @@ def detection(z: np.ndarray, loglik: np.ndarray, switch_prob: float) -> dict[str
         "delay_median": float(np.median(d)),
         "delay_mean": float(d.mean()),
         "undetected": undetected / (d.size + undetected),
+        # its most probable regime read as a position, scored as the policies are (held HOLD steps, by length)
+        "as_position": position_lag(z, best),
     }
 
 
@@ -337,6 +339,12 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"  {name:<10} right on {r['accuracy']:.3f} of steps; a change seen after {r['delay_median']:.0f} steps "
             f"(median; mean {r['delay_mean']:.1f}), never on {r['undetected']:.3f} of {r['changes']} changes"
+        )
+        held = r["as_position"]
+        split = "  ".join(f"{k}: {v['never']:.2f} of {v['changes']}" for k, v in held["never_by_regime_length"].items())
+        print(
+            f"  {'':<10} as a position held {HOLD} steps: never follows {held['never']:.3f} of the changes into +-1; "
+            f"by the new regime's length: {split}"
         )
     from lobsim_env.baselines import imbalance
 

@@ -52,6 +52,7 @@ def test_a_filter_that_reads_the_regime_sees_each_change_at_once():
     r = dl.detection(z, loglik, 0.005)
     assert r["accuracy"] == 1.0 and r["delay_median"] == 0 and r["undetected"] == 0
     assert r["changes"] == int((np.diff(z, axis=0) != 0).sum())
+    assert r["as_position"]["never"] == 0 and r["as_position"]["lag_median"] == 0  # held from the change on
     blind = dl.detection(z, np.zeros_like(loglik), 0.005)  # no information: it never leaves its first guess
     assert blind["accuracy"] < 0.6
 
