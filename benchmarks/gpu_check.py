@@ -383,7 +383,7 @@ REGIONS = {
     "_policy_losses": "on-policy losses (encoder, heads, GAE, policy_losses)",
     "_q_losses": "Q losses (encoders, C51, IQN, dueling)",
     "_main_loss": "main loss (weighted sum)",
-    "_backprop": "backward (zero grads, autograd)",
+    "_backprop": "backward (autograd.grad, one concatenation a network)",
     "_backward": "grad norms, finiteness (+ backward w/o _backprop)",
     "_guarded_step": "guard: snapshot, clip, Adam, Polyak, undo",
     "_fused_guarded_step": "guard as one op (ops.guarded_adam_)",
