@@ -245,7 +245,7 @@ def position_lag(z: np.ndarray, position: np.ndarray) -> dict:
     +-1 within an episode, the steps until the position takes the new regime's sign and keeps it HOLD steps (or to
     the regime's end) ("lag"), or never before the regime ends; and the share of steps with z != 0 on which it
     has z's sign."""
-    lags, lengths, missed = [], [], []
+    lags, lengths, missed, missed_steps = [], [], [], []
     for b in range(z.shape[1]):
         for s, e in regime_spans(z[:, b]):
             if z[s, b] == 0:
@@ -258,6 +258,8 @@ def position_lag(z: np.ndarray, position: np.ndarray) -> dict:
                 lags.append(int(hit[0]))
             lengths.append(e - s)
             missed.append(not hit.size)
+            if not hit.size:
+                missed_steps.append(np.sign(position[s:e, b]) * z[s, b])  # +1 right, 0 flat, -1 wrong
     lag = np.array(lags)
     signed = z != 0
     lengths_a, missed_a = np.array(lengths), np.array(missed, dtype=bool)
@@ -274,6 +276,10 @@ def position_lag(z: np.ndarray, position: np.ndarray) -> dict:
         "never": never / max(1, lag.size + never),
         "never_by_regime_length": by_length,
         "aligned": float((np.sign(position) == z)[signed].mean()),
+        "flat": float((position == 0).mean()),
+        # where the position is through the regimes it never follows: flat (waiting) or on the wrong side (stuck)
+        "never_flat": float((np.concatenate(missed_steps) == 0).mean()) if missed_steps else float("nan"),
+        "never_wrong": float((np.concatenate(missed_steps) == -1).mean()) if missed_steps else float("nan"),
     }
 
 
@@ -293,6 +299,10 @@ def lag_table(cfg: MarketConfig, policies: dict, episodes: int, seed: int, oracl
         )
         split = "  ".join(f"{k}: {v['never']:.2f} of {v['changes']}" for k, v in r["never_by_regime_length"].items())
         print(f"  {'':<16} never followed, by the new regime's length in steps: {split}")
+        print(
+            f"  {'':<16} flat on {r['flat']:.2f} of all steps; through the regimes it never follows: flat on "
+            f"{r['never_flat']:.2f} of their steps, on the wrong side on {r['never_wrong']:.2f}"
+        )
     return rows
 
 

@@ -71,6 +71,8 @@ def test_position_lag_counts_a_held_position_not_a_flicker():
     # the three changes start regimes of 60 steps (to the episode's end): the one never followed is among them
     assert r["never_by_regime_length"]["50-100"] == {"changes": 3, "never": pytest.approx(1 / 3)}
     assert r["never_by_regime_length"]["0-20"]["changes"] == 0
+    assert r["flat"] == pytest.approx((45 + 59) / 300)  # episode 0 flat to step 45; episode 1 to 60 but for step 41
+    assert r["never_wrong"] == 1.0 and r["never_flat"] == 0.0  # the one never followed sits short throughout
 
 
 def test_the_passive_oracle_joins_near_its_target_and_never_takes_when_never_urgent():
