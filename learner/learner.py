@@ -437,8 +437,9 @@ class Learner:
         """The device side of a steady-state update (replay sampled, Q losses on) from fixed-shape inputs: the
         rollout `ro`, the replay indices `idx`, the IQN taus and a loss scale (NaN injects the test fault). What
         learner.graph.GraphUpdate captures once per rollout shape and replays (capture=False: runs it eagerly).
-        No host sync, no data-dependent shape: on-policy losses, replay gather, Q losses, main loss, the device
-        guard's step, and the diag stack. Returns (keys, values[len(keys)+1]) with the healthy flag last."""
+        No host sync, no data-dependent shape: replay gather, one encoder pass, on-policy losses, Q losses, main
+        loss, the device guard's step, and the diag stack. Returns (keys, values[len(keys)+1]) with the healthy flag
+        last."""
         out: dict[str, torch.Tensor] = {}
         sample = {k: v[idx] for k, v in self.replay.data.items()}
         h_all, h_q = self._encode(ro["obs"], sample["obs"])  # the eager path's own code from here on
