@@ -115,6 +115,35 @@ class _Trainable:
         else:
             self.opt.state.pop(self.flat, None)
 
+    def adam_state(self) -> dict[str, torch.Tensor]:
+        """Adam's step, exp_avg and exp_avg_sq for the flat buffer, made as torch.optim.Adam makes them on its first
+        step (zeros; the step count a float32 scalar on the device when capturable or fused) if it has none yet:
+        the state ops.guarded_adam_ steps in place, which checkpoints and torch's own step then carry on."""
+        state = self.opt.state[self.flat]
+        if not state:
+            group = self.opt.param_groups[0]
+            on_device = group["capturable"] or group["fused"]
+            state["step"] = (
+                torch.zeros((), dtype=torch.float32, device=self.flat.device) if on_device else torch.tensor(0.0)
+            )
+            state["exp_avg"] = torch.zeros_like(self.flat, memory_format=torch.preserve_format)
+            state["exp_avg_sq"] = torch.zeros_like(self.flat, memory_format=torch.preserve_format)
+        return state
+
+    def lr_tensor(self) -> torch.Tensor:
+        """The learning rate as a float32 scalar on the device (ops.guarded_adam_ reads it there): the tensor a
+        captured graph reads when the lr decays, else one kept in step with the float (made on the first call, which
+        is eager: a graph's warm-up)."""
+        lr = self.opt.param_groups[0]["lr"]  # what torch's Adam would read (set_lr_scale sets it)
+        if torch.is_tensor(lr):
+            return lr
+        if getattr(self, "_lr_device", None) is None:
+            self._lr_device = torch.tensor(lr, dtype=torch.float64, device=self.flat.device)  # the float, exactly
+        elif self._lr_device_value != lr:
+            self._lr_device.fill_(lr)
+        self._lr_device_value = lr
+        return self._lr_device
+
     def _adam_tensors(self) -> dict[str, torch.Tensor]:
         return {k: v for k, v in self.opt.state.get(self.flat, {}).items() if torch.is_tensor(v)}
 
@@ -236,6 +265,10 @@ class Learner:
         # On CUDA the NaN guard runs on the device (no host sync before the diag's); on CPU a sync is free and
         # the host-side guard skips the wasted step. Tests set these to compare the paths on CPU.
         self.device_guard = on_cuda
+        # The device guard as one op (ops.guarded_adam_: three launches a network) or as the composition of torch
+        # ops in _guarded_step: None (the default) takes the op where the ops run their CUDA kernels; tests set
+        # True or False to compare the two on CPU.
+        self.fused_guard: bool | None = None
         self.graph: G.GraphUpdate | None = G.GraphUpdate(self, capture=True) if graphed else None
 
     # ------------------------------------------------------------------ update
@@ -566,6 +599,15 @@ class Learner:
     def _parts(self) -> list[_Trainable]:
         return [self.main] if self.dueling is None else [self.main, self.dueling]
 
+    def _backprop(self, loss: torch.Tensor, l_dueling: torch.Tensor | None) -> list[_Trainable]:
+        """Zero the grads and run ONE backward of loss (+ l_dueling); returns the parts."""
+        parts = self._parts()
+        for p in parts:
+            p.grad.zero_()
+        duel = l_dueling is not None and self.dueling is not None
+        (loss + l_dueling if duel else loss).backward()
+        return parts
+
     def _backward(self, loss: torch.Tensor, l_dueling: torch.Tensor | None, out: dict) -> torch.Tensor:
         """ONE backward (_backprop), then the grad norms; returns healthy (bool [], on the device):
         the losses and gradients are all finite. Both guards (host: _apply, device: _guarded_step) use it.
@@ -636,6 +678,8 @@ class Learner:
         The backward (and grad norms, and the pre-step healthy flag) is the host guard's, _backward; only the
         policy differs: the host guard (_apply) syncs and skips, this one never syncs, so a graph can capture it.
         """
+        if self.fused_guard if self.fused_guard is not None else ops.uses_kernels(loss):
+            return self._fused_guarded_step(loss, l_dueling, out)
         parts = self._parts()
         healthy = self._backward(loss, l_dueling, out)
         snaps = [p.device_snapshot() for p in parts]
@@ -646,6 +690,37 @@ class Learner:
             ops.soft_update_(p.target_flat.detach(), p.flat.detach(), self.cfg.polyak_tau)
         for p, snap in zip(parts, snaps, strict=True):
             p.restore_unless(healthy, snap)
+        return healthy
+
+    def _fused_guarded_step(self, loss: torch.Tensor, l_dueling: torch.Tensor | None, out: dict) -> torch.Tensor:
+        """_guarded_step as one op, ops.guarded_adam_ (the same grad norms in `out`, the same healthy flag, the same
+        parameters, Adam state and targets afterwards; tests/test_guarded_adam.py compares them)."""
+        parts = self._backprop(loss, l_dueling)
+        checks = [loss.detach()] + ([l_dueling.detach()] if l_dueling is not None else [])
+        group = self.main.opt.param_groups[0]
+        states = [p.adam_state() for p in parts]
+        stats, healthy = ops.guarded_adam_(
+            [p.flat.detach() for p in parts],
+            [p.grad for p in parts],
+            [s["exp_avg"] for s in states],
+            [s["exp_avg_sq"] for s in states],
+            [s["step"] for s in states],
+            [p.target_flat for p in parts],
+            [p.lr_tensor() for p in parts],
+            checks,
+            [sl.stop for sl in self.groups.values()],
+            [p.clip for p in parts],
+            beta1=group["betas"][0],
+            beta2=group["betas"][1],
+            eps=group["eps"],
+            tau=self.cfg.polyak_tau,
+        )
+        g = len(self.groups)
+        for i, name in enumerate(self.groups):
+            out[D.grad_norm_key(name)] = stats[i]
+        out[D.grad_norm_key("total")] = stats[g]
+        if self.dueling is not None:
+            out[D.grad_norm_key("dueling")] = stats[g + 3]
         return healthy
 
     def _q_losses(

@@ -89,6 +89,39 @@ def make_inputs(cfg: dict, device, seed: int) -> dict[str, torch.Tensor]:
     }
 
 
+def guarded_adam_case(src: dict, dtype, device, case: str, step: bool = True) -> tuple[dict, tuple]:
+    """ops.guarded_adam_ (or, in float64 on the CPU, what the reference gives) on fresh copies of two networks'
+    state made from src: {"params", "grads", ...: [main, dueling]} after the step, and its (stats, healthy). The
+    main net clips (max norm 1), the dueling head does not; case "nan_grad" puts a NaN in the head's gradient,
+    "inf_lr" gives the main net an infinite learning rate. step=False: the state before the step."""
+    main, head = src["soft_online"], src["w_a"].reshape(-1)
+
+    def net(v, k):
+        return v.to(device=device, dtype=dtype).clone() * k
+
+    state = {
+        "params": [net(main, 1.0), net(head, 1.0)],
+        "grads": [net(src["soft_target"], 3.0), net(head.flip(0), 0.01)],
+        "exp_avgs": [net(main.flip(0), 0.1), net(head, 0.1)],
+        "exp_avg_sqs": [net(main.square(), 0.01), net(head.square(), 0.01)],
+        "steps": [torch.tensor(4.0, device=device), torch.tensor(0.0, device=device)],
+        "targets": [net(src["soft_target"], 1.0), net(head, 0.5)],
+    }
+    if case == "nan_grad":
+        state["grads"][1][-1] = math.nan
+    if not step:
+        return state, ()
+    lr_main = math.inf if case == "inf_lr" else 1e-3
+    lrs = [torch.tensor(lr_main, device=device), torch.tensor(3e-4, dtype=F64, device=device)]
+    n = main.numel()
+    checks = [src["reward"][0].to(device=device, dtype=dtype), src["y"][0].to(device=device, dtype=dtype)]
+    out = ops.guarded_adam_(
+        state["params"], state["grads"], state["exp_avgs"], state["exp_avg_sqs"], state["steps"], state["targets"],
+        lrs, checks, [n // 3, n // 2, n], [1.0, 1e9], beta1=0.9, beta2=0.999, eps=1e-8, tau=0.005,
+    )  # fmt: skip
+    return state, out
+
+
 def check_size(cfg: dict, dtype, device, seed: int, results: list) -> None:
     """Append one row per check to `results`: {"op", "what", "dtype", **cfg, "ok"} and, for numbers, "rel_err"
     (‖got − ref64‖/‖ref64‖ within TOL[dtype], or 4x the reference's own error in this dtype). Covers every op
@@ -109,6 +142,10 @@ def check_size(cfg: dict, dtype, device, seed: int, results: list) -> None:
         # absolute rounding error of ~Z·ε in float32, whoever computes them).
         row["ok"] = bool(err <= max(TOL[dtype], 4 * row.get("ref_same_dtype_rel_err", 0.0)))
         results.append(row)
+
+    def flag(what, ok):  # a yes/no check of guarded_adam_
+        row = {"op": "guarded_adam_", "what": what, "dtype": str(dtype).removeprefix("torch."), **cfg}
+        results.append({**row, "rel_err": 0.0 if ok else math.inf, "ok": bool(ok)})
 
     def leaves(*names, src):
         return [src[n].detach().clone().requires_grad_() for n in names]
@@ -255,6 +292,24 @@ def check_size(cfg: dict, dtype, device, seed: int, results: list) -> None:
         record("policy_losses", f"grad_logits{tag}", g_got[0], g_want[0])
         record("policy_losses", f"grad_values{tag}", g_got[1], g_want[1])
 
+    # the guarded Adam step over two networks (the main net's three groups, the dueling head): healthy, a NaN
+    # gradient, and an infinite learning rate (non-finite new parameters); the reference in float64 on the CPU
+    for case in ("healthy", "nan_grad", "inf_lr"):
+        got_state, got_out = guarded_adam_case(x, dtype, device, case)
+        want_state, want_out = guarded_adam_case(xt, F64, "cpu", case)
+        if case == "healthy":
+            record("guarded_adam_", "stats", got_out[0], want_out[0].to(device))
+            for name in ("params", "grads", "exp_avgs", "exp_avg_sqs", "steps", "targets"):
+                got, want = (torch.cat([t.reshape(-1) for t in st[name]]) for st in (got_state, want_state))
+                record("guarded_adam_", name, got, want.to(device))
+        else:  # nothing but the gradients' clipping written: the state as it was, bit for bit
+            before, _ = guarded_adam_case(x, dtype, device, case, step=False)
+            kept = all(
+                torch.equal(a, b) for k in before if k != "grads" for a, b in zip(before[k], got_state[k], strict=True)
+            )
+            flag(f"restored|{case}", kept)
+        flag(f"healthy|{case}", bool(got_out[1]) == bool(want_out[1]) == (case == "healthy"))
+
     # Run-to-run determinism (no atomics anywhere): a second call gives the same bits.
     a1 = ops.c51_project(x["next_probs"], x["reward"], x["discount"], -10.0, 10.0)
     poison(((B, cfg["Z"]), dtype), device=device)
@@ -270,10 +325,13 @@ def check_size(cfg: dict, dtype, device, seed: int, results: list) -> None:
     )
     same = torch.equal(a1, a2) and torch.equal(l1, l2) and all(torch.equal(p, r) for p, r in zip(d1, d2, strict=True))
     same = same and torch.equal(p1, p2)
+    g1, g2 = (guarded_adam_case(x, dtype, device, "healthy") for _ in range(2))
+    same = same and all(torch.equal(a, b) for k in g1[0] for a, b in zip(g1[0][k], g2[0][k], strict=True))
+    same = same and torch.equal(g1[1][0], g2[1][0])
     results.append({"op": "all", "what": "bitwise_repeat", "dtype": str(dtype), **cfg, "ok": bool(same)})
 
 
-CHECKS_PER_SIZE = 46  # the rows check_size records: every op's outputs and gradients, and the bitwise repeat
+CHECKS_PER_SIZE = 58  # the rows check_size records: every op's outputs and gradients, and the bitwise repeat
 
 SIZES = [  # a one-row edge, the learner's shapes (B = 128, 1024), odd sizes past every tile, a wide batch, and the
     # market's seven actions with H past one warp of iqn_head packs, taus not a multiple of 4, B not of 8

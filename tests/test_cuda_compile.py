@@ -31,6 +31,7 @@ def test_kernel_sources_exist():
         "replay_write.cu",
         "soft_update.cu",
         "policy_losses.cu",
+        "guarded_adam.cu",
     } <= names
 
 

@@ -46,17 +46,23 @@ def _state(lrn: Learner) -> dict[str, torch.Tensor]:
     return out
 
 
-def _device_guarded(lrn: Learner) -> Learner:
-    lrn.device_guard = True
+def _device_guarded(lrn: Learner, fused: bool | None = None) -> Learner:
+    lrn.device_guard, lrn.fused_guard = True, fused
     return lrn
 
 
 @pytest.mark.parametrize("mode", ["off", "diagnostic", "baseline"])
-def test_device_guard_trains_bit_identically_to_the_host_guard(mode):
-    """Healthy steps, an injected NaN (step 3) and an overflowing Adam step (step 5): same bits, same diag."""
+@pytest.mark.parametrize("pair", ["host_vs_device", "composed_vs_fused"])
+def test_device_guard_trains_bit_identically_to_the_host_guard(mode, pair):
+    """Healthy steps, an injected NaN (step 3) and an overflowing Adam step (step 5): same bits, same diag. Also
+    the device guard as torch ops against it as one op (ops.guarded_adam_, here its reference: the CPU op)."""
     nan_at_3 = FaultInjection(inject_nan_at=3)
     learners = [Learner(_cfg(dueling_mode=mode), obs_dim=OBS, n_actions=N, seed=4, faults=nan_at_3) for _ in range(2)]
-    _device_guarded(learners[1])
+    if pair == "host_vs_device":
+        _device_guarded(learners[1])
+    else:
+        _device_guarded(learners[0], fused=False)
+        _device_guarded(learners[1], fused=True)
     rng = np.random.default_rng(7)
     batches = [_rollout(rng) for _ in range(7)]
     for step, batch in enumerate(batches, start=1):

@@ -141,8 +141,13 @@ def test_the_captured_graph_learns_what_the_eager_cuda_learner_learns(name):
             worst[k] = max(worst.get(k, 0.0), err if math.isfinite(err) else math.inf)
     assert graph.graph is not None and graph.graph.captures == 1
     assert graph.nan_abort_step == eager.nan_abort_step == (inject or 0)
+    _assert_learned_alike(graph, eager, worst)
+
+
+def _assert_learned_alike(got: Learner, want: Learner, worst: dict[str, float]) -> None:
+    """Parameters and targets within GRAPH_PARAM_REL, every diag's worst relative error within GRAPH_DIAG_REL."""
     for part in ("main", "dueling"):
-        a, b = getattr(graph, part), getattr(eager, part)
+        a, b = getattr(got, part), getattr(want, part)
         if b is None:
             continue
         for what in ("flat", "target_flat"):
@@ -150,6 +155,33 @@ def test_the_captured_graph_learns_what_the_eager_cuda_learner_learns(name):
             assert ((x - y).abs().max() / y.abs().max()).item() < GRAPH_PARAM_REL, (part, what)
     bad = {k: v for k, v in worst.items() if k != D.NAN_ABORT_STEP and not v < GRAPH_DIAG_REL}
     assert not bad, bad
+
+
+@pytest.mark.parametrize("preset_name", ["phase4_3", "plan_a_v2"])
+def test_the_guard_as_one_op_learns_what_the_guard_as_torch_ops_learns(preset_name):
+    """The device guard as ops.guarded_adam_ (the default on the kernels) against its composition of torch ops
+    (snapshot, clip_grad_norm_, torch's fused Adam, soft update, torch.where), eager, same seed and rollouts, an
+    injected NaN at update 4: both skip it, and parameters, targets and every diag agree up to float32 rounding."""
+    obs_dim, n_actions = 64, 9
+    cfg = dataclasses.replace(preset(preset_name), q_batch_size=1024, replay_min_size=1024, cuda_graph=False)
+    fused, composed = (
+        Learner(cfg, obs_dim=obs_dim, n_actions=n_actions, device="cuda", faults=FaultInjection(inject_nan_at=4))
+        for _ in range(2)
+    )
+    fused.fused_guard, composed.fused_guard = True, False
+    worst: dict[str, float] = {}
+    for s in range(8):
+        batch = torch_rollout(8, 128, obs_dim, n_actions, seed=200 + s, autoreset=True)
+        got, want = fused.update(batch), composed.update(batch)
+        for k in want:
+            if math.isnan(got[k]) and math.isnan(want[k]):
+                continue
+            err = abs(got[k] - want[k]) / max(abs(want[k]), 1e-3)
+            worst[k] = max(worst.get(k, 0.0), err if math.isfinite(err) else math.inf)
+    assert fused.nan_abort_step == composed.nan_abort_step == 4
+    for a, b in zip(fused._parts(), composed._parts(), strict=True):
+        assert a.opt.state[a.flat]["step"].item() == b.opt.state[b.flat]["step"].item() == 7  # the NaN one not counted
+    _assert_learned_alike(fused, composed, worst)
 
 
 def test_minibatch_steps_in_one_call_match_one_update_per_minibatch():

@@ -130,6 +130,22 @@ def sample_inputs(dtype, rows=5, seed=0, requires_grad=False, device="cpu"):
             True,
             False,
         ),
+        "guarded_adam_": (  # the main net (three groups) and the dueling head, as the learner steps them
+            [rand(37), rand(11)],
+            [rand(37), rand(11) * 30],
+            [rand(37) * 0.1, rand(11) * 0.1],
+            [rand(37).abs() * 0.01, rand(11).abs() * 0.01],
+            [torch.tensor(3.0, device=device), torch.tensor(0.0, device=device)],
+            [rand(37), rand(11)],
+            [torch.tensor(1e-2, device=device), torch.tensor(3e-3, device=device)],
+            [rand(()), rand(())],
+            [10, 25, 37],
+            [0.5, 10.0],
+            0.9,
+            0.999,
+            1e-8,
+            0.05,
+        ),
     }
 
 
@@ -297,3 +313,34 @@ def test_policy_losses_op_equals_the_reference_through_autograd(normalize, flip)
         torch.testing.assert_close(g, w)
     assert torch.all(got[0][1] == 0) and got[1][1] == 0  # row 1 is not valid
     assert 0 < stats[5] < 1  # some rows clipped, some not: both branches of the surrogate's gradient are checked
+
+
+def test_guarded_adam_op_equals_the_reference_and_refuses_bad_input_by_name():
+    """The CPU op gives the reference's stats, healthy flag and state bit for bit (fresh copies of the same inputs);
+    the ops wrapper names what is wrong with a bad call before anything is written."""
+    from learner import ops
+
+    def fresh():
+        args = sample_inputs(F32)["guarded_adam_"]
+        return [[t.clone() for t in a] if isinstance(a, list) and a and torch.is_tensor(a[0]) else a for a in args]
+
+    a, b = fresh(), fresh()
+    got = torch.ops.foxhunt.guarded_adam_(*a)
+    want = ref.guarded_adam_(*b)
+    assert torch.equal(got[0], want[0]) and bool(got[1]) is bool(want[1]) is True
+    for x, y in zip(a[:6], b[:6], strict=True):
+        assert all(torch.equal(s, t) for s, t in zip(x, y, strict=True))
+    assert a[4][0].item() == 4.0 and a[4][1].item() == 1.0  # the step counts moved on
+
+    args = fresh()
+    kw = dict(zip(("beta1", "beta2", "eps", "tau"), args[10:], strict=True))
+    before = [t.clone() for t in args[0]]
+    with pytest.raises(ValueError, match=r"steps has 1 entries"):
+        ops.guarded_adam_(*args[:4], args[4][:1], *args[5:10], **kw)
+    with pytest.raises(TypeError, match=r"steps\[0\] must be a float32 scalar"):
+        ops.guarded_adam_(*args[:4], [args[4][0].double(), args[4][1]], *args[5:10], **kw)
+    with pytest.raises(ValueError, match=r"group_ends=\[25, 10, 37\] must be at most 8 rising"):
+        ops.guarded_adam_(*args[:8], [25, 10, 37], args[9], **kw)
+    with pytest.raises(ValueError, match=r"max_norms\[1\]=0.0 must be > 0"):
+        ops.guarded_adam_(*args[:9], [0.5, 0.0], **kw)
+    assert all(torch.equal(s, t) for s, t in zip(args[0], before, strict=True))

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "foxhunt_kernels.h"
@@ -478,6 +479,107 @@ void soft_update_(const Tensor& target, const Tensor& online_in, double tau) {
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
+foxhunt::GuardLr lr_of(const Tensor& lr) {
+  return lr.scalar_type() == at::kDouble ? foxhunt::GuardLr{nullptr, lr.data_ptr<double>()}
+                                         : foxhunt::GuardLr{lr.data_ptr<float>(), nullptr};
+}
+
+std::tuple<Tensor, Tensor> guarded_adam_(at::TensorList flats, at::TensorList grads, at::TensorList exp_avgs,
+                                         at::TensorList exp_avg_sqs, at::TensorList steps, at::TensorList targets,
+                                         at::TensorList lrs, at::TensorList checks, at::IntArrayRef group_ends,
+                                         at::ArrayRef<double> max_norms, double beta1, double beta2, double eps,
+                                         double tau) {
+  static constexpr const char* op = "guarded_adam_";
+  const size_t nets = flats.size();
+  TORCH_CHECK(nets >= 1 && nets <= static_cast<size_t>(foxhunt::kGuardMaxNets), "foxhunt::guarded_adam_: 1 to ",
+              foxhunt::kGuardMaxNets, " networks, got ", nets);
+  TORCH_CHECK(grads.size() == nets && exp_avgs.size() == nets && exp_avg_sqs.size() == nets &&
+                  steps.size() == nets && targets.size() == nets && lrs.size() == nets && max_norms.size() == nets,
+              "foxhunt::guarded_adam_: flats, grads, exp_avgs, exp_avg_sqs, steps, targets, lrs and max_norms need "
+              "one entry per network (", nets, ")");
+  TORCH_CHECK(group_ends.size() <= static_cast<size_t>(foxhunt::kGuardMaxGroups), "foxhunt::guarded_adam_: at most ",
+              foxhunt::kGuardMaxGroups, " groups, got ", group_ends.size());
+  TORCH_CHECK(checks.size() <= static_cast<size_t>(foxhunt::kGuardMaxChecks), "foxhunt::guarded_adam_: at most ",
+              foxhunt::kGuardMaxChecks, " checks, got ", checks.size());
+  const auto dtype = floating(op, flats[0]);
+  const auto dev = flats[0].device();
+  for (size_t k = 0; k < nets; ++k) {
+    const Tensor& flat = flats[k];
+    TORCH_CHECK(flat.dim() == 1 && flat.is_contiguous(), "foxhunt::guarded_adam_: flats[", k,
+                "] must be a contiguous 1-D buffer (it is updated in place)");
+    const int64_t n = flat.size(0);
+    for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"flats", &flat}, {"grads", &grads[k]},
+                                  {"exp_avgs", &exp_avgs[k]}, {"exp_avg_sqs", &exp_avg_sqs[k]},
+                                  {"targets", &targets[k]}}) {
+      TORCH_CHECK(t->is_contiguous(), "foxhunt::guarded_adam_: ", name, "[", k, "] must be contiguous (in place)");
+      checked(op, name, *t, dev, dtype, {n});
+    }
+    checked(op, "steps", steps[k], dev, at::kFloat, {});
+    TORCH_CHECK(lrs[k].scalar_type() == at::kFloat || lrs[k].scalar_type() == at::kDouble, "foxhunt::guarded_adam_: ",
+                "lrs[", k, "] must be a float32 or float64 scalar, got ", lrs[k].scalar_type());
+    checked(op, "lrs", lrs[k], dev, lrs[k].scalar_type(), {});
+    TORCH_CHECK(max_norms[k] > 0, "foxhunt::guarded_adam_: max_norms[", k, "]=", max_norms[k], " must be > 0");
+  }
+  foxhunt::GuardGroups groups{};
+  groups.count = static_cast<int>(group_ends.size());
+  for (size_t g = 0; g < group_ends.size(); ++g) {
+    TORCH_CHECK(group_ends[g] >= (g ? group_ends[g - 1] : 0) && group_ends[g] <= flats[0].size(0),
+                "foxhunt::guarded_adam_: group_ends must rise within flats[0]'s ", flats[0].size(0), " values, got ",
+                group_ends);
+    groups.end[g] = group_ends[g];
+  }
+  const foxhunt::GuardGroups no_groups{};
+  const c10::cuda::CUDAGuard guard(dev);
+  const auto stream = c10::cuda::getCurrentCUDAStream();
+  const int64_t first = groups.count + 3;
+  Tensor stats = at::empty({first + 3 * static_cast<int64_t>(nets - 1)}, flats[0].options());
+  Tensor healthy = at::empty({}, flats[0].options().dtype(at::kBool));
+  AT_DISPATCH_FLOATING_TYPES(dtype, op, [&] {
+    foxhunt::GuardChecks<scalar_t> guard_checks{};
+    guard_checks.count = static_cast<int>(checks.size());
+    for (size_t c = 0; c < checks.size(); ++c)
+      guard_checks.value[c] = checked(op, "checks", checks[c], dev, dtype, {}).data_ptr<scalar_t>();
+    const foxhunt::GuardChecks<scalar_t> no_checks{};
+    foxhunt::GuardHealth<scalar_t> health{};
+    health.count = static_cast<int>(nets);
+    std::vector<Tensor> scratch;
+    for (size_t k = 0; k < nets; ++k) {
+      const int64_t n = flats[k].size(0);
+      const int blocks = foxhunt::guarded_adam_blocks(n);
+      const auto& g = k == 0 ? groups : no_groups;
+      Tensor partial = at::empty({static_cast<int64_t>(blocks) * (g.count + 2)}, stats.options());
+      Tensor probe = at::empty({blocks}, stats.options());
+      scalar_t* net_stats = stats.data_ptr<scalar_t>() + (k == 0 ? 0 : first + 3 * static_cast<int64_t>(k - 1));
+      foxhunt::launch_guard_probe<scalar_t>(
+          flats[k].data_ptr<scalar_t>(), grads[k].data_ptr<scalar_t>(), exp_avgs[k].data_ptr<scalar_t>(),
+          exp_avg_sqs[k].data_ptr<scalar_t>(), steps[k].data_ptr<float>(), lr_of(lrs[k]), n, g,
+          k == 0 ? guard_checks : no_checks, static_cast<scalar_t>(max_norms[k]), static_cast<scalar_t>(beta1),
+          static_cast<scalar_t>(beta2), static_cast<scalar_t>(eps), partial.data_ptr<scalar_t>(), net_stats,
+          probe.data_ptr<scalar_t>(), stream);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+      health.flag[k] = net_stats + g.count + 1;
+      health.probe[k] = probe.data_ptr<scalar_t>();
+      health.probe_rows[k] = blocks;
+      scratch.push_back(partial);
+      scratch.push_back(probe);
+    }
+    for (size_t k = 0; k < nets; ++k) {
+      const auto& g = k == 0 ? groups : no_groups;
+      const scalar_t* net_stats = stats.data_ptr<scalar_t>() + (k == 0 ? 0 : first + 3 * static_cast<int64_t>(k - 1));
+      foxhunt::launch_guard_commit<scalar_t>(
+          flats[k].data_ptr<scalar_t>(), grads[k].data_ptr<scalar_t>(), exp_avgs[k].data_ptr<scalar_t>(),
+          exp_avg_sqs[k].data_ptr<scalar_t>(), steps[k].data_ptr<float>(), targets[k].data_ptr<scalar_t>(),
+          lr_of(lrs[k]), flats[k].size(0), net_stats, g.count, health,
+          static_cast<scalar_t>(max_norms[k]), static_cast<scalar_t>(beta1), static_cast<scalar_t>(beta2),
+          static_cast<scalar_t>(eps), static_cast<scalar_t>(tau), k == 0 ? healthy.data_ptr<bool>() : nullptr,
+          stream);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    }
+    // The scratch tensors go back to the caching allocator on this stream: reused only by later work on it.
+  });
+  return {stats, healthy};
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(foxhunt, CUDA, m) {
@@ -496,4 +598,5 @@ TORCH_LIBRARY_IMPL(foxhunt, CUDA, m) {
   m.impl("replay_write_", &replay_write_);
   m.impl("soft_update_", &soft_update_);
   m.impl("policy_losses", &policy_losses);
+  m.impl("guarded_adam_", &guarded_adam_);
 }

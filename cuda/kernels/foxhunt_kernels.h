@@ -105,6 +105,44 @@ void launch_policy_losses(const T* logits, const T* q_ens, const T* values, cons
                           bool normalize, bool flip_distill, T* stats, T* grad_logits, T* grad_values, T* scal,
                           T* partial, int rows, int n_actions, cudaStream_t stream);
 
+// The learner's device-guarded Adam step (learner.ops.reference.guarded_adam_), per network: launch_guard_probe
+// (two launches) for every network first, then launch_guard_commit (one) for every network. The probe writes
+// stats[G + 3] = [G group norms (network 0 only), total norm, finite flag (gradients and checks), step + 1] and
+// probe[guarded_adam_blocks(n)] (non-finite new parameters a block); partial[guarded_adam_blocks(n) * (G + 2)] is
+// its scratch. The commit writes where every network's flag is 1 and every probe row 0, and the healthy flag.
+constexpr int kGuardMaxGroups = 8;
+constexpr int kGuardMaxChecks = 4;
+constexpr int kGuardMaxNets = 4;
+struct GuardGroups {  // contiguous groups [end[g-1], end[g]) of network 0's buffer, end[-1] = 0
+  long long end[kGuardMaxGroups];
+  int count;
+};
+template <typename T>
+struct GuardChecks {  // scalars (the losses) that must be finite
+  const T* value[kGuardMaxChecks];
+  int count;
+};
+template <typename T>
+struct GuardHealth {  // every network's finite flag and probe rows
+  const T* flag[kGuardMaxNets];
+  const T* probe[kGuardMaxNets];
+  int probe_rows[kGuardMaxNets];
+  int count;
+};
+struct GuardLr {  // the learning rate, a float32 or a float64 scalar on the device (the other pointer null)
+  const float* f32;
+  const double* f64;
+};
+int guarded_adam_blocks(std::int64_t n);
+template <typename T>
+void launch_guard_probe(const T* param, const T* grad, const T* exp_avg, const T* exp_avg_sq, const float* step,
+                        GuardLr lr, std::int64_t n, GuardGroups groups, GuardChecks<T> checks, T max_norm,
+                        T beta1, T beta2, T eps, T* partial, T* stats, T* probe, cudaStream_t stream);
+template <typename T>
+void launch_guard_commit(T* param, T* grad, T* exp_avg, T* exp_avg_sq, float* step, T* target, GuardLr lr,
+                         std::int64_t n, const T* stats, int groups, GuardHealth<T> health, T max_norm, T beta1,
+                         T beta2, T eps, T tau, bool* healthy_out, cudaStream_t stream);
+
 // target[i] += tau·(online[i] − target[i]) over the whole flat buffer, one launch.
 template <typename T>
 void launch_soft_update(T* target, const T* online, T tau, std::int64_t n, cudaStream_t stream);

@@ -14,6 +14,7 @@ the first process on a machine pays for nvcc.
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 from pathlib import Path
@@ -33,6 +34,7 @@ __all__ = [
     "dueling_huber_loss",
     "ensemble_q",
     "gae",
+    "guarded_adam_",
     "iqn_head",
     "iqn_quantile_huber_loss",
     "load_extension",
@@ -41,6 +43,7 @@ __all__ = [
     "replay_write_",
     "set_backend",
     "soft_update_",
+    "uses_kernels",
 ]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -145,6 +148,12 @@ def _use_kernels(t: Tensor) -> bool:
             _State.reason = f"building the CUDA extension failed ({type(exc).__name__}: {exc})"
             return False
     return True
+
+
+def uses_kernels(t: Tensor) -> bool:
+    """Whether the ops run their CUDA kernels on tensors like t (in "auto" mode the first call builds the
+    extension; a failed build falls back to the reference, as every op does)."""
+    return _use_kernels(t)
 
 
 # ---- input checks: host-side metadata only, never a device sync ------------------------------------------
@@ -409,6 +418,66 @@ def replay_write_(
         torch.ops.foxhunt.replay_write_(*args, obs, actions, ret, discount, next_row, flat_idx, int(cursor))
     else:
         reference.replay_write_(*args, obs, actions, ret, discount, next_row, flat_idx, cursor)
+
+
+def guarded_adam_(
+    flats: list[Tensor],
+    grads: list[Tensor],
+    exp_avgs: list[Tensor],
+    exp_avg_sqs: list[Tensor],
+    steps: list[Tensor],
+    targets: list[Tensor],
+    lrs: list[Tensor],
+    checks: list[Tensor],
+    group_ends: list[int],
+    max_norms: list[float],
+    *,
+    beta1: float,
+    beta2: float,
+    eps: float,
+    tau: float,
+) -> tuple[Tensor, Tensor]:
+    """The learner's device-guarded optimizer step over up to 4 networks' flat buffers, in place, with no host sync
+    (reference.guarded_adam_ says what it computes and returns): gradient norms, clipping, Adam, the Polyak update,
+    all undone unless the losses in `checks`, the gradients and the new parameters are finite. Three launches a
+    network on CUDA. flats, grads, exp_avgs, exp_avg_sqs, targets: contiguous [n_k] buffers of one float dtype;
+    steps: float32 scalars on their device, lrs float32 or float64 ones; checks: scalars of the flats' dtype;
+    group_ends: network 0's group boundaries (at most 8, rising); max_norms: one clip norm a network."""
+    nets = len(flats)
+    if not 1 <= nets <= 4:
+        raise ValueError(f"guarded_adam_ takes 1 to 4 networks, got {nets}")
+    lists = {"grads": grads, "exp_avgs": exp_avgs, "exp_avg_sqs": exp_avg_sqs, "steps": steps, "targets": targets}
+    for name, seq in {**lists, "lrs": lrs, "max_norms": max_norms}.items():
+        if len(seq) != nets:
+            raise ValueError(f"{name} has {len(seq)} entries; pass one a network ({nets}, as flats)")
+    for k, flat in enumerate(flats):
+        _check(f"flats[{k}]", flat, (None,), flats[0])
+        for name in ("grads", "exp_avgs", "exp_avg_sqs", "targets"):
+            t = lists[name][k]
+            _check(f"{name}[{k}]", t, tuple(flat.shape), flat)
+            if not t.is_contiguous():
+                raise ValueError(f"{name}[{k}] must be contiguous: it is updated in place")
+        if not flat.is_contiguous():
+            raise ValueError(f"flats[{k}] must be contiguous: it is updated in place")
+        for name, t, dtypes in ((f"steps[{k}]", steps[k], "float32"), (f"lrs[{k}]", lrs[k], "float32 or float64")):
+            _check(name, t, (), floating=False)
+            if str(t.dtype).removeprefix("torch.") not in dtypes.split(" or ") or t.device != flat.device:
+                raise TypeError(f"{name} must be a {dtypes} scalar on {flat.device}, got {t.dtype} on {t.device}")
+        if not max_norms[k] > 0:
+            raise ValueError(f"max_norms[{k}]={max_norms[k]!r} must be > 0")
+    if len(checks) > 4:
+        raise ValueError(f"guarded_adam_ takes at most 4 checks, got {len(checks)}")
+    for c, t in enumerate(checks):
+        _check(f"checks[{c}]", t, (), flats[0])
+    ends = [int(e) for e in group_ends]
+    n0 = flats[0].numel()
+    if len(ends) > 8 or any(b < a for a, b in itertools.pairwise([0, *ends])) or (ends and ends[-1] > n0):
+        raise ValueError(f"group_ends={ends} must be at most 8 rising boundaries within flats[0]'s {n0} values")
+    args = (flats, grads, exp_avgs, exp_avg_sqs, steps, targets, lrs, checks, ends, [float(m) for m in max_norms])
+    scalars = (float(beta1), float(beta2), float(eps), float(tau))
+    if _use_kernels(flats[0]):
+        return torch.ops.foxhunt.guarded_adam_(*args, *scalars)
+    return reference.guarded_adam_(*args, *scalars)
 
 
 def soft_update_(target_flat: Tensor, online_flat: Tensor, tau: float) -> None:

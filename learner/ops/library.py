@@ -52,6 +52,11 @@ _SCHEMAS = {
         " Tensor behaviour_logp, Tensor valid, float clip, float temperature, bool normalize, bool flip_distill)"
         " -> (Tensor, Tensor, Tensor)"
     ),
+    "guarded_adam_": (
+        "(Tensor(a!)[] flats, Tensor(b!)[] grads, Tensor(c!)[] exp_avgs, Tensor(d!)[] exp_avg_sqs,"
+        " Tensor(e!)[] steps, Tensor(f!)[] targets, Tensor[] lrs, Tensor[] checks, int[] group_ends,"
+        " float[] max_norms, float beta1, float beta2, float eps, float tau) -> (Tensor, Tensor)"
+    ),
 }
 for _name, _schema in _SCHEMAS.items():
     _lib.define(_name + _schema)
@@ -155,6 +160,14 @@ def _policy_losses_cpu(logits, q_ens, values, returns, adv, actions, behaviour_l
     )
 
 
+@_cpu("guarded_adam_")
+def _guarded_adam_cpu(flats, grads, exp_avgs, exp_avg_sqs, steps, targets, lrs, checks, group_ends, max_norms,
+                      beta1, beta2, eps, tau):  # fmt: skip
+    return reference.guarded_adam_(
+        flats, grads, exp_avgs, exp_avg_sqs, steps, targets, lrs, checks, group_ends, max_norms, beta1, beta2, eps, tau
+    )
+
+
 # ---- fake (meta) implementations: shapes and dtypes only ---------------------------------------------------
 
 
@@ -243,6 +256,12 @@ def _soft_update_fake(target_flat, online_flat, tau):
 def _policy_losses_fake(logits, q_ens, values, returns, adv, actions, behaviour_logp, valid, clip, temperature,
                         normalize, flip_distill):  # fmt: skip
     return logits.new_empty(10), logits.new_empty(3, *logits.shape), values.new_empty(values.shape)
+
+
+@_fake("guarded_adam_")
+def _guarded_adam_fake(flats, grads, exp_avgs, exp_avg_sqs, steps, targets, lrs, checks, group_ends, max_norms,
+                       beta1, beta2, eps, tau):  # fmt: skip
+    return flats[0].new_empty(len(group_ends) + 3 * len(flats)), flats[0].new_empty((), dtype=torch.bool)
 
 
 # ---- autograd ----------------------------------------------------------------------------------------

@@ -8,8 +8,11 @@ not to be fast; torch.compile of them is the baseline the kernels are measured a
 
 from __future__ import annotations
 
+import itertools
+
 import torch
 from torch import Tensor
+from torch.optim.adam import adam as _adam
 
 
 def dueling_forward(
@@ -187,6 +190,66 @@ def soft_update_(target_flat: Tensor, online_flat: Tensor, tau: float) -> None:
     """Polyak update in place: target ← (1−τ)·target + τ·online, as target + τ·(online − target)."""
     with torch.no_grad():
         target_flat.lerp_(online_flat, tau)
+
+
+def guarded_adam_(
+    flats: list[Tensor],
+    grads: list[Tensor],
+    exp_avgs: list[Tensor],
+    exp_avg_sqs: list[Tensor],
+    steps: list[Tensor],
+    targets: list[Tensor],
+    lrs: list[Tensor],
+    checks: list[Tensor],
+    group_ends: list[int],
+    max_norms: list[float],
+    beta1: float,
+    beta2: float,
+    eps: float,
+    tau: float,
+) -> tuple[Tensor, Tensor]:
+    """The learner's device-guarded optimizer step over its networks' flat buffers, in place; what
+    Learner._guarded_step does with torch.optim.Adam, on explicit state (tests/test_guarded_adam.py checks the two
+    agree bit for bit on the CPU).
+
+    Per network k: its gradient's norm (and network 0's group norms, group g = flats[0][group_ends[g-1]:group_ends[g]]),
+    the gradient clipped to max_norms[k] as torch.nn.utils.clip_grad_norm_ does, one Adam step (torch's, no weight
+    decay or amsgrad: the step count first, then the moments and the parameters) with learning rate lrs[k], and the
+    Polyak update of targets[k] with tau. healthy: every checks scalar (the losses), every gradient and every new
+    parameter finite; where not healthy, the parameters, moments, step counts and targets are put back (the
+    gradients stay clipped). Returns (stats, healthy): stats = network 0's G group norms, total norm, finite flag
+    (its gradient and the checks finite) and step + 1, then per further network its total norm, finite flag and
+    step + 1; healthy a bool scalar.
+    """
+    with torch.no_grad():
+        bounds = [0, *group_ends]
+        stats: list[Tensor] = [grads[0][a:b].norm() for a, b in itertools.pairwise(bounds)]
+        healthy = torch.ones((), dtype=torch.bool, device=flats[0].device)
+        for c in checks:
+            healthy = healthy & torch.isfinite(c)
+        for k, grad in enumerate(grads):
+            finite = torch.isfinite(grad).all() & (healthy if k == 0 else True)
+            stats += [grad.norm(), finite.to(grad.dtype), (steps[k] + 1).to(grad.dtype)]
+        for grad in grads:
+            healthy = healthy & torch.isfinite(grad).all()
+        snaps = [(f.clone(), t.clone(), m.clone(), v.clone(), s.clone())
+                 for f, t, m, v, s in zip(flats, targets, exp_avgs, exp_avg_sqs, steps, strict=True)]  # fmt: skip
+        for k, grad in enumerate(grads):
+            total = torch.nn.utils.get_total_norm([grad])
+            grad.mul_(torch.clamp(max_norms[k] / (total + 1e-6), max=1.0))
+            _adam(
+                [flats[k]], [grad], [exp_avgs[k]], [exp_avg_sqs[k]], [], [steps[k]],
+                capturable=steps[k].is_cuda, amsgrad=False, beta1=beta1, beta2=beta2,
+                lr=lrs[k] if steps[k].is_cuda else float(lrs[k]), weight_decay=0.0, eps=eps, maximize=False,
+            )  # fmt: skip
+        for flat in flats:
+            healthy = healthy & torch.isfinite(flat).all()
+        for flat, target in zip(flats, targets, strict=True):
+            soft_update_(target, flat, tau)
+        for now, before in zip(zip(flats, targets, exp_avgs, exp_avg_sqs, steps, strict=True), snaps, strict=True):
+            for t, b in zip(now, before, strict=True):
+                torch.where(healthy, t, b, out=t)
+        return torch.stack(stats), healthy
 
 
 # Closed-form gradients. The CPU implementations of the custom ops use these, and the CUDA kernels compute
