@@ -599,15 +599,6 @@ class Learner:
     def _parts(self) -> list[_Trainable]:
         return [self.main] if self.dueling is None else [self.main, self.dueling]
 
-    def _backprop(self, loss: torch.Tensor, l_dueling: torch.Tensor | None) -> list[_Trainable]:
-        """Zero the grads and run ONE backward of loss (+ l_dueling); returns the parts."""
-        parts = self._parts()
-        for p in parts:
-            p.grad.zero_()
-        duel = l_dueling is not None and self.dueling is not None
-        (loss + l_dueling if duel else loss).backward()
-        return parts
-
     def _backward(self, loss: torch.Tensor, l_dueling: torch.Tensor | None, out: dict) -> torch.Tensor:
         """ONE backward (_backprop), then the grad norms; returns healthy (bool [], on the device):
         the losses and gradients are all finite. Both guards (host: _apply, device: _guarded_step) use it.
