@@ -52,6 +52,52 @@ __global__ void dueling_forward_kernel(const T* __restrict__ h, const T* __restr
   }
 }
 
+constexpr int kOnePassWarps = 4;   // forward, one pass: warps (rows) per block
+constexpr int kOnePassColumns = 16;  // forward, one pass: A's columns kept in registers (n_actions <= 16)
+
+// The same forward in one pass over h's row: each lane keeps all N columns of A and V's in registers, reads each
+// h[k] once and its row of W_a once, and the N + 1 warp sums are independent of one another (the loop above makes
+// N + 1 passes, each ending in a dependent warp sum). Each lane sums the same products in the same order as the
+// kernel above, and the warp sums are the same butterflies (both kernels are checked against the float64
+// reference by tests/kernel_checks.py). NA >= n_actions.
+template <typename T, int NA>
+__global__ void __launch_bounds__(kOnePassWarps * 32)
+    dueling_forward_onepass_kernel(const T* __restrict__ h, const T* __restrict__ w_v, const T* __restrict__ b_v,
+                                   const T* __restrict__ w_a, const T* __restrict__ b_a, T* __restrict__ v,
+                                   T* __restrict__ a, T* __restrict__ q, int rows, int hidden, int n_actions) {
+  const int lane = threadIdx.x & 31;
+  const int row = blockIdx.x * kOnePassWarps + (threadIdx.x >> 5);
+  if (row >= rows) return;  // whole warps only; no barrier follows
+  const T* h_row = h + static_cast<size_t>(row) * hidden;
+  T acc_v = T(0);
+  T acc[NA];
+#pragma unroll
+  for (int c = 0; c < NA; ++c) acc[c] = T(0);
+  for (int k = lane; k < hidden; k += 32) {
+    const T x = h_row[k];
+    acc_v += x * w_v[k];
+    const T* w_row = w_a + static_cast<size_t>(k) * n_actions;
+#pragma unroll
+    for (int c = 0; c < NA; ++c)
+      if (c < n_actions) acc[c] += x * __ldg(w_row + c);
+  }
+  const T value = warp_sum(acc_v) + b_v[0];
+  T mine = T(0);  // lane c keeps A[row, c], as the kernel above keeps it in shared memory
+#pragma unroll
+  for (int c = 0; c < NA; ++c) {
+    if (c < n_actions) {
+      const T adv = warp_sum(acc[c]) + b_a[c];
+      if (lane == c) mine = adv;
+    }
+  }
+  const T mean_a = warp_sum(mine) / T(n_actions);
+  if (lane == 0) v[row] = value;
+  if (lane < n_actions) {
+    a[static_cast<size_t>(row) * n_actions + lane] = mine;
+    q[static_cast<size_t>(row) * n_actions + lane] = value + mine - mean_a;
+  }
+}
+
 constexpr int kBackwardThreads = 256;
 constexpr int kHiddenTile = 32;
 constexpr size_t kSharedBudget = 40 * 1024;
@@ -222,9 +268,18 @@ template <typename T>
 void launch_dueling_forward(const T* h, const T* w_v, const T* b_v, const T* w_a, const T* b_a, T* v, T* a,
                             T* q, int rows, int hidden, int n_actions, cudaStream_t stream) {
   if (rows == 0) return;
-  const size_t shared = static_cast<size_t>(kForwardWarps) * (n_actions + 1) * sizeof(T);
-  dueling_forward_kernel<T><<<ceil_div(rows, kForwardWarps), kForwardWarps * 32, shared, stream>>>(
-      h, w_v, b_v, w_a, b_a, v, a, q, rows, hidden, n_actions);
+  const int blocks = ceil_div(rows, kOnePassWarps), threads = kOnePassWarps * 32;
+  if (n_actions <= 8) {
+    dueling_forward_onepass_kernel<T, 8><<<blocks, threads, 0, stream>>>(h, w_v, b_v, w_a, b_a, v, a, q, rows,
+                                                                          hidden, n_actions);
+  } else if (n_actions <= kOnePassColumns) {
+    dueling_forward_onepass_kernel<T, kOnePassColumns><<<blocks, threads, 0, stream>>>(h, w_v, b_v, w_a, b_a, v, a,
+                                                                                         q, rows, hidden, n_actions);
+  } else {  // wide action sets: one pass per column, the columns in shared memory
+    const size_t shared = static_cast<size_t>(kForwardWarps) * (n_actions + 1) * sizeof(T);
+    dueling_forward_kernel<T><<<ceil_div(rows, kForwardWarps), kForwardWarps * 32, shared, stream>>>(
+        h, w_v, b_v, w_a, b_a, v, a, q, rows, hidden, n_actions);
+  }
 }
 
 std::size_t dueling_backward_workspace_elems(int rows, int hidden, int n_actions, std::size_t elem_size) {
