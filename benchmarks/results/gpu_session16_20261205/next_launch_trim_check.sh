@@ -1,7 +1,8 @@
 # NOT RUN: written in session 16 (no device was lent that session) for the branch guarded-adam-kernel, which is main
 # (with session 16's launch trims: one encoder pass, one concatenation per flat gradient, the main loss as one dot
 # product, the IQN constants made once; CPU census 344 -> 267 launches at 8 x 128) plus the device guard as one op
-# (ops.guarded_adam_, cuda/kernels/guarded_adam.cu; census 267 -> about 159). Three trees, one machine:
+# (ops.guarded_adam_, cuda/kernels/guarded_adam.cu; census 267 -> about 159) plus the dueling forward in one pass
+# (cuda/kernels/dueling.cu, N <= 16; 4 calls an update, 33.6 us a replay in session 15). Three trees, one machine:
 #   old  = a3ba056 (session 15's HEAD: 333 kernels, 1.526 ms a replay at 8 x 128 on session 15's H200)
 #   main = main's tree (the launch trims alone: same .cu files as old, so it reuses old's extension build)
 #   new  = this branch, checked out (the working tree the device tool copies)
