@@ -262,6 +262,7 @@ def position_lag(z: np.ndarray, position: np.ndarray) -> dict:
                 missed_steps.append(np.sign(position[s:e, b]) * z[s, b])  # +1 right, 0 flat, -1 wrong
     lag = np.array(lags)
     signed = z != 0
+    away = np.concatenate(missed_steps) if missed_steps else None  # the position's side through the ones missed
     lengths_a, missed_a = np.array(lengths), np.array(missed, dtype=bool)
     never = int(missed_a.sum())
     by_length = {}
@@ -278,9 +279,14 @@ def position_lag(z: np.ndarray, position: np.ndarray) -> dict:
         "aligned": float((np.sign(position) == z)[signed].mean()),
         "flat": float((position == 0).mean()),
         # where the position is through the regimes it never follows: flat (waiting) or on the wrong side (stuck)
-        "never_flat": float((np.concatenate(missed_steps) == 0).mean()) if missed_steps else float("nan"),
-        "never_wrong": float((np.concatenate(missed_steps) == -1).mean()) if missed_steps else float("nan"),
+        "never_flat": float((away == 0).mean()) if away is not None else float("nan"),
+        "never_wrong": float((away == -1).mean()) if away is not None else float("nan"),
     }
+
+
+def length_split(lag: dict) -> str:
+    """position_lag's never-followed shares by regime length, as one line."""
+    return "  ".join(f"{k}: {v['never']:.2f} of {v['changes']}" for k, v in lag["never_by_regime_length"].items())
 
 
 def lag_table(cfg: MarketConfig, policies: dict, episodes: int, seed: int, oracle: float) -> dict[str, dict]:
@@ -297,8 +303,7 @@ def lag_table(cfg: MarketConfig, policies: dict, episodes: int, seed: int, oracl
             f"{r['lag_median']:.0f} steps (median; mean {r['lag_mean']:.1f}), never on {r['never']:.3f} of "
             f"{r['changes']} changes; right-signed on {r['aligned']:.3f} of steps with z != 0"
         )
-        split = "  ".join(f"{k}: {v['never']:.2f} of {v['changes']}" for k, v in r["never_by_regime_length"].items())
-        print(f"  {'':<16} never followed, by the new regime's length in steps: {split}")
+        print(f"  {'':<16} never followed, by the new regime's length in steps: {length_split(r)}")
         print(
             f"  {'':<16} flat on {r['flat']:.2f} of all steps; through the regimes it never follows: flat on "
             f"{r['never_flat']:.2f} of their steps, on the wrong side on {r['never_wrong']:.2f}"
@@ -351,10 +356,9 @@ def main(argv: list[str] | None = None) -> int:
             f"(median; mean {r['delay_mean']:.1f}), never on {r['undetected']:.3f} of {r['changes']} changes"
         )
         held = r["as_position"]
-        split = "  ".join(f"{k}: {v['never']:.2f} of {v['changes']}" for k, v in held["never_by_regime_length"].items())
         print(
             f"  {'':<10} as a position held {HOLD} steps: never follows {held['never']:.3f} of the changes into +-1; "
-            f"by the new regime's length: {split}"
+            f"by the new regime's length: {length_split(held)}"
         )
     from lobsim_env.baselines import imbalance
 

@@ -42,10 +42,8 @@ def cosine_frequencies(like: torch.Tensor) -> torch.Tensor:
     return math.pi * torch.arange(IQN_EMBED_DIM, device=like.device, dtype=like.dtype)
 
 
-def cosine_features(tau: torch.Tensor, freq: torch.Tensor | None = None) -> torch.Tensor:
-    """[B, T] -> [B, T, 64]: cos(pi * i * tau) for i = 0..63 (freq: cosine_frequencies(tau), if already made)."""
-    if freq is None:
-        freq = cosine_frequencies(tau)
+def cosine_features(tau: torch.Tensor, freq: torch.Tensor) -> torch.Tensor:
+    """[B, T] -> [B, T, 64]: cos(pi * i * tau) for i = 0..63, freq = cosine_frequencies(tau) (IQNHead keeps it)."""
     return torch.cos(freq * tau[..., None])
 
 
