@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated
 
-from lobsim_env.validation import Int, OneOf, field_errors
+from lobsim_env.validation import Bool, Int, OneOf, field_errors
 
 POLICY_DEVICES: tuple[str, ...] = ("auto", "cpu", "cuda")
 """RolloutConfig.policy_device's choices (actors.rollout.policy_device resolves "auto" in the worker)."""
@@ -30,6 +30,13 @@ class RolloutConfig:
     else the CPU). On a GPU host the policy's forward pass costs a CPU core more than stepping the books does
     (BENCHMARKS.md, "The system on one GPU host"); under Ray a worker sees the GPU only when the driver gave it a
     share of one (foxhunt_ray.remote)."""
+    stagger_episodes: Annotated[bool, Bool()] = True
+    """The market's books open their first episode at a step drawn uniformly from [0, horizon) (seeded by the
+    worker's seed and index), a shorter first episode that the episode stats leave out, so their episodes end at
+    different steps from then on and every batch mixes all phases of an episode. False: every book opens at step
+    0 and the worker's books sweep the episode in lockstep, each batch from one phase of it (the learner's
+    entropy and distillation loss then cycle with the episode: BENCHMARKS.md, "Books out of phase"). Envs other
+    than the market end their episodes at their own times and ignore it."""
 
     def errors(self) -> list[str]:
         """Every problem as 'rollout.field=value must ...'; empty when the config is usable."""

@@ -7,7 +7,9 @@ vector env must autoreset NEXT_STEP: after an env's episode ends, its next step 
 the first obs of the next episode with reward 0. That step is not a transition, so it is shipped with
 valid=False, and obs[t+1] is always the true next observation of step t. The env is reset (seeded) exactly
 once, at construction; every later episode follows from autoreset, so the stream of a worker is a pure function
-of (seed, worker_index, weights) and consecutive sample() calls continue the same trajectories.
+of (seed, worker_index, weights) and consecutive sample() calls continue the same trajectories. The market's books
+open that first episode at staggered steps (RolloutConfig.stagger_episodes; the shortened first episodes are left
+out of the episode stats), so a worker's books are out of phase and a batch is not one phase of the episode.
 
 The market reports each book's pnl_usd in its info; an env without it (CartPole, ...) gets its episode return
 (the sum of its rewards) tracked here instead, shipped in the same wire columns (wire version 1 has one number
@@ -29,6 +31,10 @@ from actors.envs import is_market, make_envs
 from learner.network import PolicyNet, policy_from_weights
 from lobsim_env import ENV_ID, MarketConfig
 from lobsim_env.seeds import book_seed
+
+STAGGER_STREAM = 0x57A66E
+"""Mixed into the seed of the generator that draws the books' first steps (RolloutConfig.stagger_episodes), so
+that stream is its own: no other draw of the worker shifts it."""
 
 
 def policy_device(setting: str) -> torch.device:
@@ -75,8 +81,11 @@ class RolloutWorker:
         self._action_start = int(self.env.single_action_space.start)  # Discrete(n, start): the env's action ids
         first = book_seed(seed, worker_index, B)
         self.env_ids = np.arange(first, first + B, dtype=np.int64)
-        obs, info = self.env.reset(seed=first)
+        first_steps = self._first_steps(cfg, market, seed, worker_index) if is_market(env_id) else None
+        obs, info = self.env.reset(seed=first, options=None if first_steps is None else {"first_steps": first_steps})
         self._obs = np.asarray(obs, dtype=np.float32)
+        # False for a book whose current episode opened late (stagger_episodes): the episode stats skip it
+        self._full_episode = np.ones(B, bool) if first_steps is None else first_steps == 0
         self.has_pnl = "pnl_usd" in info
         # the market's pnl from its info; any other env's running episode return (sum of rewards), kept here
         self._pnl = np.asarray(info["pnl_usd"], dtype=np.float64) if self.has_pnl else np.zeros(B, np.float64)
@@ -90,6 +99,14 @@ class RolloutWorker:
         self._seconds = dict.fromkeys(TIMING_KEYS, 0.0)
         if weights is not None:
             self.set_weights(weights)
+
+    @staticmethod
+    def _first_steps(cfg: RolloutConfig, market: MarketConfig, seed: int, worker_index: int) -> np.ndarray | None:
+        """The step each book opens its first episode at (cfg.stagger_episodes), from its own seeded stream."""
+        if not cfg.stagger_episodes:
+            return None
+        rng = np.random.default_rng([seed, worker_index, STAGGER_STREAM])
+        return rng.integers(0, market.horizon, cfg.num_envs, dtype=np.int64)
 
     def set_weights(self, weights: dict) -> None:
         """Loads Learner.policy_weights(); its 'version' stamps every later batch (the learner's policy lag)."""
@@ -159,8 +176,10 @@ class RolloutWorker:
             self._autoreset = term | trunc
             if self._autoreset.any():
                 ended = np.flatnonzero(self._autoreset)
-                ep_env.append(ended)
-                ep_pnl.append(self._pnl[ended])
+                full = ended[self._full_episode[ended]]
+                self._full_episode[ended] = True
+                ep_env.append(full)
+                ep_pnl.append(self._pnl[full])
         if not (np.isfinite(obs).all() and np.isfinite(rewards).all()):
             raise ValueError(
                 f"env {self.env_id!r} returned a non-finite observation or reward in worker {self.worker_index}'s "

@@ -136,8 +136,14 @@ class LobVectorEnv(gym.vector.VectorEnv):
 
     def reset(self, *, seed: int | list[int] | None = None, options: dict[str, Any] | None = None):
         """Resets every book. seed: an int (book i gets seed + i), a list of B ints, or None (fresh entropy
-        the first time, else each book's generator continues)."""
+        the first time, else each book's generator continues).
+
+        options={"first_steps": [B] ints in [0, horizon)}: book i opens this episode at step first_steps[i] (a
+        fresh book with horizon - first_steps[i] steps left; Market.reset_rows), so the books' episodes end at
+        different steps from then on; later episodes (autoreset) open at step 0. Without it every book opens at 0.
+        """
         B = self.num_envs
+        first_steps = self._first_steps(options)
         if isinstance(seed, int | np.integer):
             seeds = [int(seed) + i for i in range(B)]
         elif seed is not None:
@@ -153,11 +159,30 @@ class LobVectorEnv(gym.vector.VectorEnv):
         if seeds is not None:
             self._rngs = [seeding.np_random(s)[0] for s in seeds]
         rows = np.arange(B)
-        self.market.reset_rows(self._state, rows, self._keys(rows))
+        self.market.reset_rows(self._state, rows, self._keys(rows), first_steps)
         self._autoreset[:] = False
         self._started = True
         zi, zf = np.zeros(B, np.int64), np.zeros(B)
         return self.market.observe(self._state), self._info(zi, zf)
+
+    def _first_steps(self, options: dict[str, Any] | None) -> np.ndarray | None:
+        """options' "first_steps" checked: None, or int64 [B] in [0, horizon)."""
+        options = dict(options or {})
+        unknown = sorted(set(options) - {"first_steps"})
+        if unknown:
+            raise ValueError(f"reset(options=...) got unknown keys {unknown}: the only option is 'first_steps'")
+        if options.get("first_steps") is None:
+            return None
+        steps, B, H = np.asarray(options["first_steps"]), self.num_envs, self.config.horizon
+        if steps.shape != (B,) or steps.dtype.kind not in "iu":
+            raise ValueError(
+                f"options['first_steps'] of shape {steps.shape} dtype {steps.dtype} must be {B} integers (one a book)"
+            )
+        if B and (steps.min() < 0 or steps.max() >= H):
+            raise ValueError(
+                f"options['first_steps'] must be in [0, horizon={H}); got {steps.min()}..{steps.max()}"
+            )
+        return steps.astype(np.int64, copy=True)
 
     def _keys(self, rows: np.ndarray) -> np.ndarray:
         return np.array([_draw_key(self._rngs[i]) for i in rows], dtype=np.uint64)

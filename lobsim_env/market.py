@@ -151,8 +151,15 @@ class Market(Protocol[State]):
         """The state of n_books books; each is opened by `reset_rows` before its first step."""
         ...
 
-    def reset_rows(self, state: State, rows: np.ndarray, keys: np.ndarray) -> None:
-        """Opens a fresh episode in books `rows` [R], each a pure function of its uint64 key [R]."""
+    def reset_rows(
+        self, state: State, rows: np.ndarray, keys: np.ndarray, first_step: np.ndarray | None = None
+    ) -> None:
+        """Opens a fresh episode in books `rows` [R], each a pure function of its uint64 key [R].
+
+        first_step: None (step 0), or int64 [R] in [0, horizon): each book opens its episode at that step, a fresh
+        book with `horizon - first_step` steps left (its time_left reads so), as if it had joined the episode late.
+        The vector env's reset takes it as options={"first_steps": ...}; the rollout workers use it to stagger
+        their books' first episodes (RolloutConfig.stagger_episodes)."""
         ...
 
     def step(self, state: State, actions: np.ndarray) -> StepResult:

@@ -194,6 +194,65 @@ def test_vector_env_equals_single_envs_across_autoreset():
             assert vinfo["pnl_usd"][i] == info["pnl_usd"]
 
 
+@pytest.mark.parametrize("which", ["synthetic", "lobster"])
+def test_books_opened_late_have_the_time_left_and_steps_of_the_step_they_open_at(which):
+    """options={"first_steps": f}: book i opens its first episode at step f[i] (time_left 1 - f/horizon), that
+    episode ends after horizon - f[i] steps, and every later one is a whole episode again (autoreset at step 0)."""
+    def make() -> LobVectorEnv:
+        if which == "synthetic":
+            return LobVectorEnv(4, CFG)
+        day = random_day(5, levels=3, n=2000)
+        cfg = lobster_config(str(day.source), horizon=40, events_per_step=6)
+        return LobVectorEnv(4, market=LobsterMarket(cfg, day))
+
+    venv, plain = make(), make()
+    H, col = 40, obs_index(venv.config)["time_left"]
+    first = np.array([0, 1, 17, 39])
+    obs, _ = venv.reset(seed=3, options={"first_steps": first})
+    np.testing.assert_allclose(obs[:, col], 1 - first / H)
+    plain_obs, _ = plain.reset(seed=3)
+    ends = [[] for _ in range(4)]
+    for t in range(120):
+        if t == 0:  # book 0 opened at step 0 is the very book a reset without options opens
+            np.testing.assert_array_equal(obs[0], plain_obs[0])
+        obs, _, _, trunc, _ = venv.step(np.zeros(4, np.int64))
+        plain_obs, *_ = plain.step(np.zeros(4, np.int64))
+        if t < H - 1:
+            np.testing.assert_array_equal(obs[0], plain_obs[0])
+        for i in np.flatnonzero(trunc):
+            ends[i].append(t)
+    for i, f in enumerate(first):  # horizon - f steps, then the autoreset step and whole episodes of H steps
+        e1 = H - f - 1
+        assert ends[i] == [e for e in range(e1, 120, H + 1)], (i, f)
+
+
+def test_a_lobster_window_that_ends_at_the_days_last_message_survives_the_autoreset_step():
+    """The vector env steps a finished book once more (its autoreset step) before it resets it: the replayed day
+    must not read past the book's window then (it read past the day's end and raised IndexError)."""
+    day = random_day(5, levels=3, n=600)
+    m = LobsterMarket(lobster_config(str(day.source), horizon=40, events_per_step=6), day)
+    s = m.new_state(1)
+    last = day.n_messages - 1 - m._span  # the latest start a key can draw
+    m.reset_rows(s, np.arange(1), np.array([last - 1], np.uint64))
+    assert s.start[0] == last
+    for _ in range(41):  # the window's 40 steps, then the step the autoreset ignores
+        m.step(s, np.zeros(1, np.int64))
+
+
+def test_first_steps_out_of_range_or_unknown_options_are_refused():
+    venv = LobVectorEnv(3, CFG)
+    with pytest.raises(ValueError, match=r"must be in \[0, horizon=40\); got 0\.\.40"):
+        venv.reset(seed=0, options={"first_steps": [0, 5, 40]})
+    with pytest.raises(ValueError, match=r"must be 3 integers"):
+        venv.reset(seed=0, options={"first_steps": [0, 5]})
+    with pytest.raises(ValueError, match=r"must be 3 integers"):
+        venv.reset(seed=0, options={"first_steps": [0.5, 1.0, 2.0]})
+    with pytest.raises(ValueError, match=r"unknown keys \['reset_mask'\]"):
+        venv.reset(seed=0, options={"reset_mask": np.ones(3, bool)})
+    obs, _ = venv.reset(seed=0, options={"first_steps": None})  # None: every book at step 0
+    assert (obs[:, obs_index(CFG)["time_left"]] == 1).all()
+
+
 def test_reward_is_equity_change_and_sums_to_pnl():
     env = LobEnv(CFG)
     env.reset(seed=5)

@@ -17,13 +17,17 @@ from actors.rollout import RolloutWorker
 from foxhunt_ray.presets import preset
 from learner.learner import Learner
 from lobsim_env import MarketConfig
+from lobsim_env.market import obs_index
 
 MARKET = MarketConfig(horizon=6, events_per_step=4)
 
 
-def make_worker(*, B: int = 4, worker_index: int = 0, seed: int = 11, weights: dict | None = None) -> RolloutWorker:
+def make_worker(
+    *, B: int = 4, worker_index: int = 0, seed: int = 11, weights: dict | None = None, stagger: bool = False
+) -> RolloutWorker:
+    """stagger False (books in lockstep) unless a test is about the staggered first episodes."""
     # torch_threads as the test process has them: the worker's set_num_threads is process-wide
-    cfg = RolloutConfig(num_envs=B, torch_threads=torch.get_num_threads())
+    cfg = RolloutConfig(num_envs=B, torch_threads=torch.get_num_threads(), stagger_episodes=stagger)
     return RolloutWorker(cfg, MARKET, worker_index=worker_index, seed=seed, weights=weights)
 
 
@@ -98,6 +102,37 @@ def test_next_step_valid_mask_and_episode_pnl(learner):
     )  # ...or the running one
 
 
+def test_staggered_books_are_out_of_phase_and_their_shortened_first_episodes_are_not_counted(learner):
+    """stagger_episodes: each book opens its first episode at a step drawn from [0, horizon) by the worker's own
+    seeded stream; after that shortened episode its episodes are whole ones, out of phase with the other books',
+    and only those are reported (episode_env, episode_pnl_usd)."""
+    B, H = 24, MARKET.horizon
+    weights = learner.policy_weights()
+    w = make_worker(B=B, stagger=True, weights=weights)
+    d = sample(w, 30)
+    first = np.rint((1 - d["obs"][0][:, obs_index(MARKET)["time_left"]]) * H).astype(int)
+    assert first.min() >= 0 and first.max() < H and len(set(first.tolist())) > 3  # books out of phase
+    again = sample(make_worker(B=B, stagger=True, weights=weights), 30)
+    np.testing.assert_array_equal(again["obs"], d["obs"])  # a pure function of (seed, worker_index, weights)
+    other = sample(make_worker(B=B, worker_index=1, stagger=True, weights=weights), 30)["obs"][0]
+    assert not np.array_equal(other[:, obs_index(MARKET)["time_left"]], d["obs"][0][:, obs_index(MARKET)["time_left"]])
+    ended = d["terminated"] | d["truncated"]
+    reported = []
+    for b in range(B):  # H - first steps, the autoreset step, then whole episodes of H steps
+        e1 = H - first[b] - 1
+        ends = list(range(e1, 30, H + 1))
+        assert np.flatnonzero(ended[:, b]).tolist() == ends, b
+        reported += [(e, b) for e in (ends if first[b] == 0 else ends[1:])]  # a short first one is not reported
+    reported.sort()
+    assert d["episode_env"].tolist() == [b for _, b in reported]
+    rewards = d["rewards"].astype(np.float64)
+    expect = [rewards[e - H + 1 : e + 1, b].sum() for e, b in reported]
+    np.testing.assert_allclose(d["episode_pnl_usd"], expect, atol=1e-2)
+    # the worker's books in lockstep when it is off: every book opens at step 0
+    flat = sample(make_worker(B=B, weights=weights), 1)["obs"][0][:, obs_index(MARKET)["time_left"]]
+    assert (flat == 1).all()
+
+
 def test_behaviour_logp_is_the_policys_log_prob(learner):
     w = make_worker(weights=learner.policy_weights())
     d = sample(w, 5)
@@ -157,6 +192,7 @@ def test_config_errors():
     assert RolloutConfig(policy_device="gpu").errors() == [
         "rollout.policy_device='gpu' must be one of ['auto', 'cpu', 'cuda']"
     ]
+    assert RolloutConfig(stagger_episodes="yes").errors() == ["rollout.stagger_episodes='yes' must be a bool"]
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without a GPU")

@@ -120,7 +120,11 @@ class LobsterMarket:
     def latent_regime(self, state: LobsterState) -> np.ndarray:
         raise ValueError("a LOBSTER replay has no latent regime: the oracle baseline needs source='synthetic'")
 
-    def reset_rows(self, state: LobsterState, rows: np.ndarray, keys: np.ndarray) -> None:
+    def reset_rows(
+        self, state: LobsterState, rows: np.ndarray, keys: np.ndarray, first_step: np.ndarray | None = None
+    ) -> None:
+        """Opens a fresh episode in `rows` (a window of the day drawn from each key), at step first_step (Market):
+        the window is the same, its first first_step * events_per_step messages already played."""
         # Start >= 1 so the book before the first message is a file row.
         choices = np.uint64(self.day.n_messages - 1 - self._span)
         state.start[rows] = 1 + (np.asarray(keys, np.uint64) % choices).astype(np.int64)
@@ -136,8 +140,11 @@ class LobsterMarket:
             a[rows] = 0
         for a in (state.own_price, state.own_size, state.own_ahead, state.own_join):
             a[rows] = 0
+        if first_step is not None:
+            state.t[rows] = first_step
+        E = self.cfg.events_per_step
         for r in rows:
-            state.last_mid2[r] = self._mid2(int(state.start[r]) - 1, 0)
+            state.last_mid2[r] = self._mid2(int(state.start[r] + state.t[r] * E) - 1, 0)
 
     def _mid2(self, row: int, fallback: int) -> int:
         ask, bid = int(self.day.book[row, 0]), int(self.day.book[row, 2])
@@ -156,7 +163,10 @@ class LobsterMarket:
         else:  # the same action, with what it did recorded book by book
             report = ActionReport(taker=np.zeros(B, np.int64), taker_cash_usd=np.zeros(B), posted=np.zeros(B, np.int64))
             act = functools.partial(self._act_reported, report)
+        H = cfg.horizon
         for r in range(B):
+            if state.t[r] >= H:  # a finished book (the vector env's autoreset step): past its window, reset next
+                continue
             k0 = int(state.start[r] + state.t[r] * E)
             signed_volume = 0
             for e in range(E + 1):

@@ -89,8 +89,10 @@ class SyntheticMarket:
         """[B] the hidden regime in {-1, 0, +1} that drives the flow (for the oracle; never observed)."""
         return state.regime.copy()
 
-    def reset_rows(self, state: SyntheticState, rows: np.ndarray, keys: np.ndarray) -> None:
-        """Opens a fresh episode in `rows` with per-book keys [len(rows)] uint64."""
+    def reset_rows(
+        self, state: SyntheticState, rows: np.ndarray, keys: np.ndarray, first_step: np.ndarray | None = None
+    ) -> None:
+        """Opens a fresh episode in `rows` with per-book keys [len(rows)] uint64, at step first_step (Market)."""
         s = self.cfg.synthetic
         bk.open_books(state.book, rows, np.full(rows.shape[0], s.start_tick), s.base_depth)
         state.key[rows] = keys
@@ -105,6 +107,8 @@ class SyntheticMarket:
             state.equity_usd,
         ):
             a[rows] = 0
+        if first_step is not None:
+            state.t[rows] = first_step
 
     def step(self, state: SyntheticState, actions: np.ndarray) -> StepResult:
         cfg = self.cfg
