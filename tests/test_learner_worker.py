@@ -25,7 +25,8 @@ from lobsim_env import MarketConfig
 @pytest.fixture()
 def pair():
     worker = RolloutWorker(
-        RolloutConfig(num_envs=4, steps_per_sample=8, torch_threads=torch.get_num_threads()),
+        # the books in lockstep, so the test knows when episodes end (stagger_episodes: tests/test_rollout.py)
+        RolloutConfig(num_envs=4, steps_per_sample=8, torch_threads=torch.get_num_threads(), stagger_episodes=False),
         MarketConfig(horizon=20),
         worker_index=0,
         seed=0,
