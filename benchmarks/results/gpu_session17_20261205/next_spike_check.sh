@@ -6,11 +6,14 @@
 # the same checkpoint's Polyak target weights and the run's other kept checkpoint (an earlier one) on the same
 # episodes. SEEDS (default "0 1") and ARGS (e.g. ARGS="--set learner.replay_capacity=3145728" for a replay of a whole
 # round of payloads, or ARGS="--set rollout.steps_per_sample=32" for half the lag) pick
-# the runs; two seeds fit one 600-s call. Copy into .devtools/ with s14_lib.sh; run with the device tool (carry
+# the runs; two seeds fit one 600-s call (with the 20-s update timing first). Copy into .devtools/ with s14_lib.sh; run with the device tool (carry
 # .devbundle and .devtools), then learning_cycles.py spikes on r/*_updates.tsv.gz.
 L=$OUT/spike_check.log; source .devtools/s14_lib.sh
 date -u >> $L; nvidia-smi --query-gpu=name,clocks.sm,temperature.gpu --format=csv >> $L
 step build timeout 120 python3 benchmarks/gpu_check.py build
+# issue 12 part 3 on whatever card this is (session 17's figures are an H100's; the issue asks for the H200): 20 s
+step update timeout 90 python3 benchmarks/gpu_check.py update --json $R/update.json
+grep -E "^[0-9]+x[0-9]+ +(highest|high)" $L | tail -4
 keep() { python3 - "$1" "$2" <<'PY'
 import gzip, json, sys
 keys = ("step", "entropy", "l_distill", "policy_lag", "worker_index", "approx_kl", "clip_frac", "l_pi", "l_c51",
