@@ -4,8 +4,9 @@ A plain class (no Ray; foxhunt_ray.remote wraps it). `train(payloads)` decodes e
 PayloadDecoder (a bad payload, or one the Learner refuses, is dropped and counted, and the learner keeps going),
 runs the Learner's steps on it (`learner.minibatch_envs`: one step per minibatch of envs) and returns the diag
 dicts the monitor records: the Learner's keys plus the episode totals (EpisodeStats.diag: env_steps, episodes,
-return_cum, episode_return_mean and, for the market, pnl_cum_usd), worker_index and bad_payloads. Policy lag comes
-from the Learner (step - 1 - the batch's policy_version).
+return_cum, episode_return_mean and, for the market, pnl_cum_usd), worker_index, call_payloads (the payloads in the
+`train` call the step's payload came in: how the driver batches them) and bad_payloads. Policy lag comes from the
+Learner (step - 1 - the batch's policy_version).
 
 On a GPU the receive path never waits for the device: a payload's learner columns are copied into pinned host
 buffers (two sets, used in turn), validated there, sent to the device in one asynchronous copy, and its steps are
@@ -137,6 +138,7 @@ class LearnerWorker:
         self.decoder = PayloadDecoder(limits=limits)
         self.stats = EpisodeStats(has_pnl=has_pnl)
         self._outbox: list[Checkpoint] = []  # periodic checkpoints the caller has not taken yet
+        self._call_payloads = 0  # payloads in the current train() call (diag call_payloads)
         self.checkpoint_every = checkpoint_every
         self.checkpoint_interval_s = float(checkpoint_interval_s)
         self._last_checkpoint = (self.learner.step, time.monotonic())
@@ -163,6 +165,7 @@ class LearnerWorker:
         the run's progress in [0, 1] for these steps (Learner.set_progress: the learning-rate decay)."""
         if progress is not None:
             self.learner.set_progress(progress)
+        self._call_payloads = len(payloads)
         for prepared in self._prepared(payloads):
             if stop_at is not None and self.learner.step >= stop_at:
                 break
@@ -249,7 +252,12 @@ class LearnerWorker:
             return
         self.decoder.good()
         self.stats.add(meta)  # a step's diag counts the env steps of the payload it trained on
-        totals = {**self.stats.diag(), "worker_index": int(meta["worker_index"]), **self.decoder.diag()}
+        totals = {
+            **self.stats.diag(),
+            "worker_index": int(meta["worker_index"]),
+            "call_payloads": self._call_payloads,
+            **self.decoder.diag(),
+        }
         record = _Payload(steps=steps, totals=totals)
         if events:
             record.weights = self._policy_state_async()  # queued before events[2]: landed once that has

@@ -44,6 +44,7 @@ def test_update_adds_totals_and_counts_bad_payloads(pair):
     worker, learner, _ = pair
     [d1] = learner.update(worker.sample())
     assert d1["step"] == 1 and d1["env_steps"] == 32 and d1["bad_payloads"] == 0 and d1["worker_index"] == 0
+    assert d1["call_payloads"] == 1
     assert learner.update(b"\x00garbage") == []
     assert learner.step == 1  # no step on a bad payload
     [d2] = learner.update(worker.sample())
@@ -94,7 +95,10 @@ def test_minibatches_wait_stop_at_and_weights():
     assert learner.policy_weights()["version"] == 8  # a CPU learner's copy is there at once
     rest = learner.train(payloads[2:], wait=False, stop_at=10)
     assert [d["step"] for d in rest] == [5, 6, 7, 8] and learner.step == 10
-    assert [d["step"] for d in learner.drain()] == [9, 10] and learner.drain() == []
+    last = learner.drain()
+    assert [d["step"] for d in last] == [9, 10] and learner.drain() == []
+    # call_payloads: the size of the call each step's payload came in (the first two payloads came together)
+    assert [d["call_payloads"] for d in first + rest + last] == [2] * 8 + [1] * 2
     t = learner.timings()
     assert t["payloads"] == 3 and t["updates"] == 10 and t["update_gpu_s"] > 0
 
