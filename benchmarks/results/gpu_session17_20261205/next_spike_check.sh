@@ -16,7 +16,7 @@ step update timeout 90 python3 benchmarks/gpu_check.py update --json $R/update.j
 grep -E "^[0-9]+x[0-9]+ +(highest|high)" $L | tail -4
 keep() { python3 - "$1" "$2" <<'PY'
 import gzip, json, sys
-keys = ("step", "entropy", "l_distill", "policy_lag", "worker_index", "approx_kl", "clip_frac", "l_pi", "l_c51",
+keys = ("step", "entropy", "l_distill", "policy_lag", "worker_index", "call_payloads", "approx_kl", "clip_frac", "l_pi", "l_c51",
         "l_iqn", "l_dueling", "q_ens_mean", "v_scalar_mean", "adv_mean", "qpa", "grad_norm/total")
 with gzip.open(sys.argv[2], "wt") as f:
     f.write("\t".join(k.replace("/", "_") for k in keys) + "\n")
