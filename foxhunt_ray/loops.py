@@ -346,7 +346,8 @@ when --learner-timeout-s is shorter."""
 
 class _Drive:
     """The Ray loop. Each rollout actor has one sample in flight; finished samples wait in `ready` until the
-    learner actor takes them, all at once, in a call (at most MAX_CALLS_IN_FLIGHT calls queued on it). A worker
+    learner actor takes them in a call, all at once or at most `drv.max_payloads_per_call` of them, oldest first
+    (at most MAX_CALLS_IN_FLIGHT calls queued on it). A worker
     whose sample finishes while `drv.max_payloads_waiting` payloads already wait for the learner (ready or in a
     call) idles until the learner catches up: that bounds the policy lag (docs/system.md, "Policy lag"). Broadcast
     weights go to the rollout actors once the learner has made them, never as a pending ref that would hold up
@@ -422,11 +423,12 @@ class _Drive:
             more = wanted()
             if more and ready and len(calls) < MAX_CALLS_IN_FLIGHT:
                 # nested: the learner fetches the payloads itself; the monitor actor takes the learner's answer
+                cap = drv.max_payloads_per_call or len(ready)
+                take, ready = ready[:cap], ready[cap:]  # the oldest first; the rest go in the next call
                 progress = drv.progress(dispatched(), self.start)
-                answer = monitor.record_update(learner.update_from.remote(ready, drv.steps, progress))
-                calls.append((answer, len(ready)))
+                answer = monitor.record_update(learner.update_from.remote(take, drv.steps, progress))
+                calls.append((answer, len(take)))
                 self.call_sent[answer] = time.monotonic()
-                ready = []
                 self.seconds["dispatch_s"] += time.monotonic() - t0
                 continue
             if not calls and not (more and samples):

@@ -47,6 +47,10 @@ class DriverConfig:
     max_payloads_waiting: Annotated[int, Int(ge=1)] = 4
     """Ray mode: rollout payloads sampled but not yet trained on, at most; a worker whose next sample would
     exceed it waits for the learner. Bounds the policy lag (docs/system.md, "Policy lag")."""
+    max_payloads_per_call: Annotated[int, Int(ge=0)] = 0
+    """Ray mode: payloads one learner call trains on, at most (0: every payload ready when the call is sent). The
+    weights the rollout actors get next are asked of the learner behind its queued calls, so a call of many
+    payloads holds them back for all its steps (docs/system.md, "Policy lag")."""
     max_worker_restarts: Annotated[int, Int(ge=0)] = 3
     """Ray restarts of a rollout actor that died (its in-flight sample is retried on the new one)."""
     sample_timeout_s: float = 300.0

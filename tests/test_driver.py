@@ -236,6 +236,18 @@ def test_ray_smoke_run(tmp_path, ray_local, monkeypatch):
     assert first in (100, 101) and last == 200
 
 
+def test_ray_learner_calls_take_at_most_max_payloads_per_call(tmp_path, ray_local):
+    """--max-payloads-per-call caps the payloads a learner call trains on (diag call_payloads), oldest first; the
+    payloads left over go in the next call, so no step is lost or repeated. Three rollout actors and a window of 64
+    payloads let several be ready at once, which an uncapped call would take together."""
+    flags = ("--steps", "90", "--rollout-workers", "3", "--max-payloads-waiting", "64", "--max-payloads-per-call", "1")
+    code, run_dir = run(tmp_path, *flags, serial=False)
+    assert code == 0
+    steps = assert_steps(run_dir, 90)
+    assert {r["call_payloads"] for r in steps} == {1}
+    assert json.loads((run_dir / "config.json").read_text())["driver"]["max_payloads_per_call"] == 1
+
+
 def _slow_weights_roles(gaps_dir: Path, sleep_s: float, sample_s: float):
     """(a RayLearnerWorker whose policy_weights takes sleep_s after its first call, a RolloutWorker whose samples
     take sample_s at least and that appends to gaps_dir the seconds between the end of each of its samples and the
