@@ -4,7 +4,8 @@
 # weights), every update's diagnostics kept (worker_index, policy lag, approx_kl, clip_frac, the Q losses, q_ens,
 # grad norm: which actor's payloads the spikes sit on, and whether the policy ratio or the Q side moves first), then
 # the same checkpoint's Polyak target weights and the run's other kept checkpoint (an earlier one) on the same
-# episodes. SEEDS (default "0 1") and ARGS (e.g. ARGS="--set learner.replay_capacity=3145728" for a replay of a whole
+# episodes. SEEDS (default "0 1") and ARGS (e.g. ARGS="--max-payloads-per-call 3" for calls of at most three payloads,
+# so the weights get out between them; ARGS="--set learner.replay_capacity=3145728" for a replay of a whole
 # round of payloads, or ARGS="--set rollout.steps_per_sample=32" for half the lag) pick
 # the runs; two seeds fit one 600-s call (with the 20-s update timing first). Copy into .devtools/ with s14_lib.sh; run with the device tool (carry
 # .devbundle and .devtools), then learning_cycles.py spikes on r/*_updates.tsv.gz.
