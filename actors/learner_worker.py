@@ -138,7 +138,6 @@ class LearnerWorker:
         self.decoder = PayloadDecoder(limits=limits)
         self.stats = EpisodeStats(has_pnl=has_pnl)
         self._outbox: list[Checkpoint] = []  # periodic checkpoints the caller has not taken yet
-        self._call_payloads = 0  # payloads in the current train() call (diag call_payloads)
         self.checkpoint_every = checkpoint_every
         self.checkpoint_interval_s = float(checkpoint_interval_s)
         self._last_checkpoint = (self.learner.step, time.monotonic())
@@ -165,12 +164,11 @@ class LearnerWorker:
         the run's progress in [0, 1] for these steps (Learner.set_progress: the learning-rate decay)."""
         if progress is not None:
             self.learner.set_progress(progress)
-        self._call_payloads = len(payloads)
         for prepared in self._prepared(payloads):
             if stop_at is not None and self.learner.step >= stop_at:
                 break
             if prepared is not None:
-                self._launch(prepared, None if stop_at is None else stop_at - self.learner.step)
+                self._launch(prepared, None if stop_at is None else stop_at - self.learner.step, len(payloads))
         out = self._collect(keep_last=not wait)
         if self._checkpoint_due():
             out += self._collect(keep_last=False)
@@ -235,8 +233,9 @@ class LearnerWorker:
             sec["stage_s"] += time.perf_counter() - t1
         return host, meta, st
 
-    def _launch(self, prepared: tuple, limit: int | None) -> None:
-        """Queues a prepared payload's steps (no sync) and what its diags, timings and weights need."""
+    def _launch(self, prepared: tuple, limit: int | None, call_payloads: int) -> None:
+        """Queues a prepared payload's steps (no sync) and what its diags, timings and weights need; call_payloads:
+        the payloads in the train() call it came in (diag call_payloads)."""
         host, meta, st = prepared
         t0 = time.perf_counter()
         events = tuple(torch.cuda.Event(enable_timing=True) for _ in range(3)) if self.on_cuda else None
@@ -255,7 +254,7 @@ class LearnerWorker:
         totals = {
             **self.stats.diag(),
             "worker_index": int(meta["worker_index"]),
-            "call_payloads": self._call_payloads,
+            "call_payloads": call_payloads,
             **self.decoder.diag(),
         }
         record = _Payload(steps=steps, totals=totals)

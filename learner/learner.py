@@ -88,6 +88,8 @@ class _Trainable:
         self.opt = torch.optim.Adam(
             [self.flat], lr=self.lr, eps=eps, fused=self.flat.is_cuda or None, capturable=capturable
         )
+        self._lr_device: torch.Tensor | None = None  # lr_tensor's, made on its first call
+        self._lr_device_value: float | None = None
 
     def set_lr_scale(self, scale: float) -> None:
         """Adam's lr := base_lr * scale from the next step on (in place when a captured graph reads it)."""
@@ -137,7 +139,7 @@ class _Trainable:
         lr = self.opt.param_groups[0]["lr"]  # what torch's Adam would read (set_lr_scale sets it)
         if torch.is_tensor(lr):
             return lr
-        if getattr(self, "_lr_device", None) is None:
+        if self._lr_device is None:
             self._lr_device = torch.tensor(lr, dtype=torch.float64, device=self.flat.device)  # the float, exactly
         elif self._lr_device_value != lr:
             self._lr_device.fill_(lr)
@@ -685,7 +687,7 @@ class Learner:
 
     def _fused_guarded_step(self, loss: torch.Tensor, l_dueling: torch.Tensor | None, out: dict) -> torch.Tensor:
         """_guarded_step as one op, ops.guarded_adam_ (the same grad norms in `out`, the same healthy flag, the same
-        parameters, Adam state and targets afterwards; tests/test_guarded_adam.py compares them)."""
+        parameters, Adam state and targets afterwards; tests/test_graph.py, composed_vs_fused, compares them)."""
         parts = self._backprop(loss, l_dueling)
         checks = [loss.detach()] + ([l_dueling.detach()] if l_dueling is not None else [])
         group = self.main.opt.param_groups[0]
