@@ -207,6 +207,11 @@ def parse_args(argv: list[str] | None, prog: str, defaults: EntryDefaults | None
         help="payloads a learner call trains on, at most (0: all that are ready; default 0)",
     )
     p.add_argument(
+        "--max-payloads-ahead", type=int, default=None, metavar="N",
+        help="payloads being sampled or waiting for the learner, at most (0: no bound but --max-payloads-waiting; "
+        "default 0)",
+    )
+    p.add_argument(
         "--time-limit-s",
         type=float,
         default=None,
@@ -477,6 +482,7 @@ def _driver_flags(args: argparse.Namespace) -> dict:
         "checkpoint_interval_s",
         "max_payloads_waiting",
         "max_payloads_per_call",
+        "max_payloads_ahead",
         "time_limit_s",
         "sample_timeout_s",
         "learner_timeout_s",
@@ -526,8 +532,8 @@ def _resolve_resume(args: argparse.Namespace, sha: str) -> Plan:
         raise UsageError(
             f"--resume continues {run_dir} with its own config.json; drop {['--' + f.replace('_', '-') for f in fixed]}"
             " (only --steps, --rollout-workers, --broadcast-every, --checkpoint-every, --checkpoint-interval-s,"
-            " --max-payloads-waiting, --max-payloads-per-call, --time-limit-s, --sample-timeout-s, --learner-timeout-s,"
-            " --learner-resources, "
+            " --max-payloads-waiting, --max-payloads-per-call, --max-payloads-ahead, --time-limit-s,"
+            " --sample-timeout-s, --learner-timeout-s, --learner-resources, "
             "--serial may change)"
         )
     try:

@@ -349,7 +349,10 @@ class _Drive:
     learner actor takes them in a call, all at once or at most `drv.max_payloads_per_call` of them, oldest first
     (at most MAX_CALLS_IN_FLIGHT calls queued on it). A worker
     whose sample finishes while `drv.max_payloads_waiting` payloads already wait for the learner (ready or in a
-    call) idles until the learner catches up: that bounds the policy lag (docs/system.md, "Policy lag"). Broadcast
+    call), or while `drv.max_payloads_ahead` (when set) are being sampled or waiting, idles until the learner
+    catches up: that bounds the policy lag (docs/system.md, "Policy lag"). Idle workers are asked again in the
+    order they went idle, while there is room: all at once under the waiting bound alone (then they sample on one
+    weights version, in lockstep), one per payload the learner finishes under the ahead bound. Broadcast
     weights go to the rollout actors once the learner has made them, never as a pending ref that would hold up
     an actor's next sample. A sample in
     flight longer than `drv.sample_timeout_s` (STARTUP_GRACE_S for an actor's first) has its actor killed for Ray to
@@ -389,12 +392,24 @@ class _Drive:
             ref = workers[i].sample.remote()
             samples[ref], asked[ref] = i, time.monotonic()
 
-        self.starting = set(range(len(workers)))
-        for i in range(len(workers)):
-            ask(i)
         ready: list = []
         idle: list[int] = []
         calls: list[tuple] = []  # (answer ref, payloads in it), in submission order
+
+        def waiting() -> int:
+            return len(ready) + sum(n for _, n in calls)
+
+        def room() -> bool:
+            """Whether one more sample may be asked (drv.max_payloads_waiting, drv.max_payloads_ahead)."""
+            ahead = drv.max_payloads_ahead
+            return waiting() < drv.max_payloads_waiting and (not ahead or len(samples) + waiting() < ahead)
+
+        self.starting = set(range(len(workers)))
+        for i in range(len(workers)):
+            if room():
+                ask(i)
+            else:
+                idle.append(i)
         learner_step = broadcast_at = plan.resume_step
         # Policy weights asked of the learner, sent to the rollout actors only once the learner has answered: an
         # actor runs its calls in order, so a set_weights whose argument is still being made would hold up the
@@ -402,9 +417,6 @@ class _Drive:
         asked_weights = None
         lost_in_a_row, code, starved = 0, None, None
         self.start = time.monotonic()
-
-        def waiting() -> int:
-            return len(ready) + sum(n for _, n in calls)
 
         def dispatched() -> int:
             """The learner step once every payload sent to it is trained on."""
@@ -415,7 +427,7 @@ class _Drive:
             return dispatched() < drv.steps and not drv.out_of_time(self.start)
 
         def resume_idle() -> None:  # an actor idle while no more samples are wanted stays idle: none is wasted
-            while idle and waiting() < drv.max_payloads_waiting and wanted():
+            while idle and room() and wanted():
                 ask(idle.pop(0))
 
         while True:
@@ -485,7 +497,7 @@ class _Drive:
                 asked.pop(done, None)
                 self.starting.discard(i)
                 ready.append(done)
-                if more and waiting() < drv.max_payloads_waiting:
+                if more and room():
                     ask(i)
                 else:
                     idle.append(i)

@@ -51,6 +51,10 @@ class DriverConfig:
     """Ray mode: payloads one learner call trains on, at most (0: every payload ready when the call is sent). The
     weights the rollout actors get next are asked of the learner behind its queued calls, so a call of many
     payloads holds them back for all its steps (docs/system.md, "Policy lag")."""
+    max_payloads_ahead: Annotated[int, Int(ge=0)] = 0
+    """Ray mode: payloads being sampled or waiting for the learner, at most (0: no bound but max_payloads_waiting).
+    A rollout actor is asked for its next sample only while there is room, one actor per payload the learner
+    finishes, so the actors sample on different weights rather than all on one (docs/system.md, "Policy lag")."""
     max_worker_restarts: Annotated[int, Int(ge=0)] = 3
     """Ray restarts of a rollout actor that died (its in-flight sample is retried on the new one)."""
     sample_timeout_s: float = 300.0

@@ -248,6 +248,53 @@ def test_ray_learner_calls_take_at_most_max_payloads_per_call(tmp_path, ray_loca
     assert json.loads((run_dir / "config.json").read_text())["driver"]["max_payloads_per_call"] == 1
 
 
+def _interval_recording_worker(spans_dir: Path):
+    """A RolloutWorker that appends to spans_dir the (start, end) wall times of each of its samples (made inside a
+    function, so Ray ships it by value: see _slow_weights_roles)."""
+    import os
+    import time as clock
+
+    from actors.rollout import RolloutWorker
+
+    class SpanRecordingWorker(RolloutWorker):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+
+        def sample(self, n_steps=None):
+            start = clock.time()
+            try:
+                clock.sleep(0.05)
+                return super().sample(n_steps)
+            finally:
+                with open(spans_dir / f"{self.worker_index}-{os.getpid()}", "a") as f:
+                    f.write(f"{start} {clock.time()}\n")
+
+    return SpanRecordingWorker
+
+
+def test_ray_max_payloads_ahead_bounds_the_samples_in_flight_or_waiting(tmp_path, ray_local, monkeypatch):
+    """--max-payloads-ahead 1: one payload at most is being sampled or waits for the learner, so three rollout
+    actors take turns (each asked again only once the learner has trained on the payload before), their samples
+    never overlap in time, and every step is still trained on once. Without the bound (a window of 64 payloads) the
+    three would sample at the same time."""
+    from foxhunt_ray import remote
+
+    spans_dir = tmp_path / "spans"
+    spans_dir.mkdir()
+    monkeypatch.setattr(remote, "RolloutWorker", _interval_recording_worker(spans_dir))
+    flags = ("--steps", "60", "--rollout-workers", "3", "--max-payloads-waiting", "64", "--max-payloads-ahead", "1")
+    code, run_dir = run(tmp_path, *flags, serial=False)
+    monkeypatch.undo()
+    assert code == 0
+    steps = assert_steps(run_dir, 60)
+    assert {r["worker_index"] for r in steps} == {0, 1, 2}
+    spans = sorted(tuple(map(float, x.split())) for f in spans_dir.iterdir() for x in f.read_text().splitlines())
+    assert len(spans) >= 6
+    overlaps = [(a, b) for a, b in itertools.pairwise(spans) if b[0] < a[1]]
+    assert not overlaps, overlaps
+    assert json.loads((run_dir / "config.json").read_text())["driver"]["max_payloads_ahead"] == 1
+
+
 def _slow_weights_roles(gaps_dir: Path, sleep_s: float, sample_s: float):
     """(a RayLearnerWorker whose policy_weights takes sleep_s after its first call, a RolloutWorker whose samples
     take sample_s at least and that appends to gaps_dir the seconds between the end of each of its samples and the
