@@ -115,7 +115,7 @@ def parse_args(argv: list[str] | None, prog: str, defaults: EntryDefaults | None
         choices=("auto", *SIZINGS),
         default=None,
         help="widths and batch shapes: gpu (H 512, the presets' production size, 16 books a worker), gpu_host (H 512, "
-        "4,096 books a worker, learner steps of 256: one GPU host) or cpu (H 128, what a 2-core CPU trains); auto: "
+        "2,048 books a worker, learner steps of 256: one GPU host) or cpu (H 128, what a 2-core CPU trains); auto: "
         f"cpu when torch sees no CUDA device, else gpu_host (default {d.sizing})",
     )
     p.add_argument(

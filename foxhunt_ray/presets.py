@@ -13,7 +13,7 @@ A run's config is three named choices, each recorded in config.json (`preset`, `
   anyone reproducing it: in the sweep they barely moved in 13,500 updates.
 - the sizing (SIZINGS): widths and batch shapes. 'gpu' is the presets' production size, the seed's (H = 512,
   16 books a rollout worker: the shape of its cluster of many small workers); 'gpu_host' the same network fed the
-  way one GPU host keeps its GPU busy (4,096 books a worker, the learner stepping 256 of them at a time); 'cpu'
+  way one GPU host keeps its GPU busy (2,048 books a worker, the learner stepping 256 of them at a time); 'cpu'
   the sizes a 2-core CPU updates about 25 times a second (H = 128, the sweep's). `python -m foxhunt_ray.local`
   picks 'gpu_host' when torch sees a CUDA device and 'cpu' when not (`--sizing` chooses).
 
@@ -46,9 +46,12 @@ SIZINGS: dict[str, dict[str, dict[str, Any]]] = {
         "learner": {"hidden_dim": 512, "q_batch_size": 1024, "iqn_taus": 32, "iqn_target_taus": 32},
         "rollout": {"num_envs": 16, "steps_per_sample": 64},
     },
-    # one GPU host (16 cores, 12 rollout workers): the network of 'gpu'; a worker samples 4,096 books x 64 steps
-    # with the policy on the GPU, and the learner steps 256 books (16,384 transitions) at a time (its throughput
-    # and learning: BENCHMARKS.md, "Minutes to the oracle on a GPU host")
+    # one GPU host (16 cores, 12 rollout workers): the network of 'gpu'; a worker samples 2,048 books x 64 steps
+    # with the policy on the GPU, and the learner steps 256 books (16,384 transitions) at a time. 4,096 books ran
+    # 3.4M env steps/s against 2.8M, but a sample took twice as long: policy lag median 155 / max 351 updates
+    # against 93 / 175, distillation-loss spikes on the stalest payloads, and runs that ended in one scored 0.24
+    # and 0.56 of the oracle; 2,048 scored 0.78-0.83 on 3 seeds (BENCHMARKS.md, "Minutes to the oracle on a GPU
+    # host", session 18)
     "gpu_host": {
         "learner": {
             "hidden_dim": 512,
@@ -57,7 +60,7 @@ SIZINGS: dict[str, dict[str, dict[str, Any]]] = {
             "iqn_target_taus": 32,
             "minibatch_envs": 256,
         },
-        "rollout": {"num_envs": 4096, "steps_per_sample": 64},
+        "rollout": {"num_envs": 2048, "steps_per_sample": 64},
     },
     # what a 2-core CPU trains at about 25 updates a second: one update's rollout is 64 books x 16 steps
     "cpu": {
