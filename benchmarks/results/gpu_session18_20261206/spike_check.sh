@@ -14,6 +14,10 @@ step build timeout 120 python3 benchmarks/gpu_check.py build
 # issue 12 part 3 on whatever card this is (session 17's figures are an H100's; the issue asks for the H200): 20 s
 [ -n "${SKIP_UPDATE:-}" ] || step update timeout 90 python3 benchmarks/gpu_check.py update --json $R/update.json
 grep -E "^[0-9]+x[0-9]+ +(highest|high)" $L | tail -4
+# BENCH (added after session 18, for the next): flags of one bench_system.py --gpu run before the learning runs, e.g.
+# BENCH="--seconds 40 --envs-per-worker 2048 --max-payloads-waiting 3 --broadcast-every 4" (the main job's
+# gpu_host settings since session 18; learner_busy there is not yet measured)
+[ -z "${BENCH:-}" ] || step bench timeout 150 python3 benchmarks/bench_system.py --gpu $BENCH --json $R/bench.json
 keep() { python3 - "$1" "$2" <<'PY'
 import gzip, json, sys
 keys = ("step", "entropy", "l_distill", "policy_lag", "worker_index", "call_payloads", "approx_kl", "clip_frac", "l_pi", "l_c51",
