@@ -1,7 +1,7 @@
 """The whole system under Ray, measured: env steps/s, learner updates/s, and where each role's time goes.
 
     python benchmarks/bench_system.py --quick            # CPU, smoke preset, ~15 s: CI and the build box
-    python benchmarks/bench_system.py --gpu [--seconds 75] [--rollout-workers 12] [--envs-per-worker 4096]
+    python benchmarks/bench_system.py --gpu [--seconds 75] [--rollout-workers 11] [--envs-per-worker 4096]
                                       [--minibatch-envs 256] [--policy-device auto] [--set KEY=VALUE ...]
     python benchmarks/bench_system.py --transport        # the wire's cost per transition (encode, Ray, decode)
 
@@ -48,6 +48,7 @@ from actors import wire  # noqa: E402
 from actors.monitor import read_diag, step_records  # noqa: E402
 from actors.rollout import RolloutWorker  # noqa: E402
 from foxhunt_ray import driver  # noqa: E402
+from foxhunt_ray.local import GPU_HOST_FREE_CORES  # noqa: E402
 from foxhunt_ray.presets import run_preset  # noqa: E402
 from foxhunt_ray.run_folder import read_config_doc  # noqa: E402
 from learner.learner import Learner  # noqa: E402
@@ -303,7 +304,7 @@ def main() -> None:
         defaults = dict(
             preset="phase4_3",
             seconds=75.0,
-            rollout_workers=max(1, cpus - 4),
+            rollout_workers=max(1, cpus - GPU_HOST_FREE_CORES),  # 11 on 16 cores, what its figures ran
             envs_per_worker=4096,
             minibatch_envs=256,
             broadcast_every=16,

@@ -2,7 +2,7 @@
 
 The defaults (LOCAL_DEFAULTS): preset phase4_3 with its own settings ('learn') on the synthetic market, 240 s of
 training, sized for this machine (sizing 'cpu' when torch sees no CUDA device, else 'gpu_host':
-foxhunt_ray.presets), one rollout worker (on a GPU host, one per core but four: `host_defaults`); with the
+foxhunt_ray.presets), one rollout worker (on a GPU host, one per core but five: `host_defaults`); with the
 evaluation under 5 minutes on a 2-core CPU (what it reaches: BENCHMARKS.md, "The main job on a 2-core box").
 Flags: foxhunt_ray.driver (`--help`); docs/running.md walks through a run, its folder, resume and the exit codes.
 After a run that ended done or killed, its newest checkpoint plays the fold's held-out episodes beside the
@@ -36,11 +36,14 @@ step count (updates a second differ a hundredfold between a 2-core CPU and a GPU
 held-out evaluation, within 5 minutes on a 2-core box. `--steps N` alone runs N updates with no budget. On a GPU
 host: `host_defaults`."""
 
-GPU_HOST_FREE_CORES = 4
-"""Cores a GPU host keeps for the driver, the learner's host thread, the monitor and Ray's own processes."""
+GPU_HOST_FREE_CORES = 5
+"""Cores a GPU host keeps for the learner actor, the driver, the monitor and Ray's own processes: 11 rollout workers
+on 16 cores. Every GPU-host figure in BENCHMARKS.md with rollout policies on the GPU ran 11: the default was 4
+free cores (12 workers), but the twelfth worker's GPU share did not fit beside the others and it never started
+(foxhunt_ray.remote._share_down, session 18). Twelve that all run are not yet measured."""
 
 GPU_HOST_PAYLOADS_WAITING = 3
-"""Payloads a GPU host's rollout workers may have waiting for the learner: with 12 workers of 4,096 books x 64
+"""Payloads a GPU host's rollout workers may have waiting for the learner: with 11 workers of 4,096 books x 64
 steps (16 learner steps a payload) the policy lag was about 110 updates on average and at most about 210, against
 about 230 and 335 with 12 waiting, and the agent learned more in the same time (BENCHMARKS.md, "Minutes to the
 oracle on a GPU host". With the 2,048 books of today's gpu_host sizing (8 steps a payload): median 93, at most
@@ -49,7 +52,7 @@ oracle on a GPU host". With the 2,048 books of today's gpu_host sizing (8 steps 
 
 def host_defaults(cuda: bool, cores: int, serial: bool) -> driver.EntryDefaults:
     """LOCAL_DEFAULTS for this machine. With a CUDA device (and not --serial), the system of one GPU host: sizing
-    auto gives 'gpu_host', one rollout worker per core but GPU_HOST_FREE_CORES (12 on 16 cores), and
+    auto gives 'gpu_host', one rollout worker per core but GPU_HOST_FREE_CORES (11 on 16 cores), and
     GPU_HOST_PAYLOADS_WAITING payloads waiting at most."""
     if not cuda or serial:
         return LOCAL_DEFAULTS

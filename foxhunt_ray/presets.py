@@ -46,7 +46,7 @@ SIZINGS: dict[str, dict[str, dict[str, Any]]] = {
         "learner": {"hidden_dim": 512, "q_batch_size": 1024, "iqn_taus": 32, "iqn_target_taus": 32},
         "rollout": {"num_envs": 16, "steps_per_sample": 64},
     },
-    # one GPU host (16 cores, 12 rollout workers): the network of 'gpu'; a worker samples 2,048 books x 64 steps
+    # one GPU host (16 cores, 11 rollout workers): the network of 'gpu'; a worker samples 2,048 books x 64 steps
     # with the policy on the GPU, and the learner steps 256 books (16,384 transitions) at a time. 4,096 books ran
     # 3.4M env steps/s against 2.8M, but a sample took twice as long: policy lag median 155 / max 351 updates
     # against 93 / 175, distillation-loss spikes on the stalest payloads, and runs that ended in one scored 0.24

@@ -174,7 +174,7 @@ def test_local_on_a_gpu_host_runs_the_host_system_and_on_a_cpu_one_worker(tmp_pa
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     plan = _plan([], tmp_path, defaults=host_defaults(cuda=True, cores=16, serial=False))
-    assert (plan.config.sizing, plan.driver.rollout_workers, plan.driver.max_payloads_waiting) == ("gpu_host", 12, 3)
+    assert (plan.config.sizing, plan.driver.rollout_workers, plan.driver.max_payloads_waiting) == ("gpu_host", 11, 3)
     assert (plan.config.rollout.num_envs, plan.config.learner.minibatch_envs) == (2048, 256)
     flags = ["--fold", "1", "--rollout-workers", "3", "--max-payloads-waiting", "5"]  # flags still win
     plan = _plan(flags, tmp_path, defaults=host_defaults(cuda=True, cores=16, serial=False))
