@@ -339,6 +339,10 @@ MAX_CALLS_IN_FLIGHT = 2  # one running on the learner, one queued: the learner n
 MAX_LOST_IN_A_ROW = 8
 STARTUP_GRACE_S = 600.0
 """The wait for a rollout actor's first sample after it was (re)started, when --sample-timeout-s is shorter."""
+STARTING_WARN_S = 60.0
+"""A rollout actor asked for a sample that has returned none this many seconds after the first actor's first sample
+is named in a warning (once): still starting, or pending for resources Ray cannot give it, while the run goes on
+with the others (until session 18 a twelfth actor sat pending through every GPU-host run unseen)."""
 LEARNER_STARTUP_GRACE_S = 1800.0
 """The wait for a learner actor's first answer (it may build the CUDA extension and capture its graphs first),
 when --learner-timeout-s is shorter."""
@@ -367,6 +371,8 @@ class _Drive:
         self.worker_timings: list = []  # refs of the rollout workers' timings, asked at the loop's end
         self.restarts: dict[int, int] = {}  # rollout actor index -> kills for a sample past drv.sample_timeout_s
         self.starting: set[int] = set()  # rollout actors that have returned no sample since they were (re)started
+        self.first_sample_at: float | None = None  # when the first sample of this loop came back (time.monotonic)
+        self.named_late: set[int] = set()  # rollout actors _warn_late has named
         self.call_sent: dict = {}  # a learner call's answer ref -> when it was sent (time.monotonic)
         self.start = time.monotonic()
         self.end: float | None = None
@@ -496,6 +502,7 @@ class _Drive:
                 i = samples.pop(done)
                 asked.pop(done, None)
                 self.starting.discard(i)
+                self._warn_late(set(samples.values()), t1)
                 ready.append(done)
                 if more and room():
                     ask(i)
@@ -546,6 +553,26 @@ class _Drive:
         if drv.time_limit_s and samples:
             ends.append(self.start + drv.time_limit_s)
         return max(0.0, min(ends) - now) + 0.01 if ends else None
+
+    def _warn_late(self, asked: set[int], now: float) -> None:
+        """Names, once, the rollout actors among `asked` (those with a sample in flight) that have returned no sample
+        STARTING_WARN_S after the first actor's first one; the run goes on with the others."""
+        if self.first_sample_at is None:
+            self.first_sample_at = now
+        if now - self.first_sample_at < STARTING_WARN_S:
+            return
+        late = sorted((self.starting & asked) - self.named_late)
+        if not late:
+            return
+        self.named_late.update(late)
+        self.progress.end_line()
+        print(
+            f"warning: rollout actor(s) {late} of {len(self.workers)} returned no sample {STARTING_WARN_S:g} s after "
+            "the first one came back: still starting, or pending for resources Ray cannot give them (`ray status`; "
+            "`ray list actors --filter state=PENDING_CREATION`); the run goes on with the others",
+            file=sys.stderr,
+            flush=True,
+        )
 
     def _restart_silent(self, samples: dict, asked: dict, now: float) -> None:
         """Kills (for Ray to restart) every rollout actor whose sample is overdue (_deadline): alive but silent, it

@@ -248,6 +248,23 @@ def test_ray_learner_calls_take_at_most_max_payloads_per_call(tmp_path, ray_loca
     assert json.loads((run_dir / "config.json").read_text())["driver"]["max_payloads_per_call"] == 1
 
 
+def test_ray_names_a_rollout_actor_that_never_starts(tmp_path, ray_local, monkeypatch, capsys):
+    """A rollout actor whose resources Ray cannot give (here each asks a whole CPU, and the 2-CPU instance has one
+    beside the learner) stays pending; the run goes on with the other and names it once, instead of saying nothing
+    (as the GPU host's twelfth actor did until session 18)."""
+    from foxhunt_ray import loops, remote
+
+    monkeypatch.setattr(remote, "rollout_cpus", lambda n_workers: 1.0)
+    monkeypatch.setattr(loops, "STARTING_WARN_S", 1.0)
+    code, run_dir = run(tmp_path, "--steps", "240", "--rollout-workers", "2", serial=False)
+    monkeypatch.undo()
+    assert code == 0
+    steps = assert_steps(run_dir, 240)
+    assert {r["worker_index"] for r in steps} == {0}
+    err = capsys.readouterr().err
+    assert err.count("warning: rollout actor(s) [1] of 2 returned no sample") == 1, err
+
+
 def _interval_recording_worker(spans_dir: Path):
     """A RolloutWorker that appends to spans_dir the (start, end) wall times of each of its samples (made inside a
     function, so Ray ships it by value: see _slow_weights_roles)."""
