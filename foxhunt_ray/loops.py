@@ -502,7 +502,7 @@ class _Drive:
                 i = samples.pop(done)
                 asked.pop(done, None)
                 self.starting.discard(i)
-                self._warn_late(set(samples.values()), t1)
+                self._warn_late(samples, t1)
                 ready.append(done)
                 if more and room():
                     ask(i)
@@ -554,14 +554,15 @@ class _Drive:
             ends.append(self.start + drv.time_limit_s)
         return max(0.0, min(ends) - now) + 0.01 if ends else None
 
-    def _warn_late(self, asked: set[int], now: float) -> None:
-        """Names, once, the rollout actors among `asked` (those with a sample in flight) that have returned no sample
-        STARTING_WARN_S after the first actor's first one; the run goes on with the others."""
+    def _warn_late(self, samples: dict, now: float) -> None:
+        """Names, once, the rollout actors with a sample in flight (`samples`: ref -> actor index) that have returned
+        no sample STARTING_WARN_S after the first actor's first one; the run goes on with the others."""
         if self.first_sample_at is None:
             self.first_sample_at = now
-        if now - self.first_sample_at < STARTING_WARN_S:
+        unnamed = self.starting - self.named_late
+        if not unnamed or now - self.first_sample_at < STARTING_WARN_S:
             return
-        late = sorted((self.starting & asked) - self.named_late)
+        late = sorted(unnamed.intersection(samples.values()))
         if not late:
             return
         self.named_late.update(late)

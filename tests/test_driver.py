@@ -251,7 +251,7 @@ def test_ray_learner_calls_take_at_most_max_payloads_per_call(tmp_path, ray_loca
 def test_ray_names_a_rollout_actor_that_never_starts(tmp_path, ray_local, monkeypatch, capsys):
     """A rollout actor whose resources Ray cannot give (here each asks a whole CPU, and the 2-CPU instance has one
     beside the learner) stays pending; the run goes on with the other and names it once, instead of saying nothing
-    (as the GPU host's twelfth actor did until session 18)."""
+    (as the GPU host's twelfth actor did until session 18). Which of the two Ray places first is its choice."""
     from foxhunt_ray import loops, remote
 
     monkeypatch.setattr(remote, "rollout_cpus", lambda n_workers: 1.0)
@@ -260,9 +260,10 @@ def test_ray_names_a_rollout_actor_that_never_starts(tmp_path, ray_local, monkey
     monkeypatch.undo()
     assert code == 0
     steps = assert_steps(run_dir, 240)
-    assert {r["worker_index"] for r in steps} == {0}
+    (placed,) = {r["worker_index"] for r in steps}
     err = capsys.readouterr().err
-    assert err.count("warning: rollout actor(s) [1] of 2 returned no sample") == 1, err
+    assert err.count(f"warning: rollout actor(s) [{1 - placed}] of 2 returned no sample") == 1, err
+    assert err.count("warning: rollout actor(s)") == 1, err
 
 
 def _interval_recording_worker(spans_dir: Path):
