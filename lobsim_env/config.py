@@ -98,6 +98,11 @@ class MarketConfig:
     """Book levels per side in the observation."""
     size_scale: Annotated[float, Number(gt=0)] = 10.0
     """Sizes in the observation are divided by this."""
+    depth_flow_ticks: Annotated[int, Int(ge=0, le=10)] = 0
+    """0: off. K > 0: the observation also carries the depth flow near the mid, two EMAs (synthetic.flow_decay
+    and slow_flow_decay) of the bid size gained minus the ask size gained in one step on the absolute ticks within
+    K of the mid at the step's start: every limit order, cancel and trade there, a multi-level order flow
+    imbalance (Xu, Gould and Howison 2018). Appended after time_left (docs/market.md)."""
     synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
     """The synthetic order flow (used when source='synthetic')."""
 

@@ -51,8 +51,12 @@ OBS_FIXED = 12
 """Observation entries besides the 4 * obs_levels book entries (see `obs_index`)."""
 
 
+DEPTH_FLOW_COLUMNS = ("depth_flow", "depth_flow_slow")
+"""Entries appended after OBS_FIXED's when cfg.depth_flow_ticks > 0."""
+
+
 def obs_size(cfg: MarketConfig) -> int:
-    return 4 * cfg.obs_levels + OBS_FIXED
+    return 4 * cfg.obs_levels + OBS_FIXED + (len(DEPTH_FLOW_COLUMNS) if cfg.depth_flow_ticks else 0)
 
 
 def obs_index(cfg: MarketConfig) -> dict[str, int]:
@@ -71,7 +75,7 @@ def obs_index(cfg: MarketConfig) -> dict[str, int]:
         "own_ask_size",
         "own_ask_ahead",
         "time_left",
-    )
+    ) + (DEPTH_FLOW_COLUMNS if cfg.depth_flow_ticks else ())
     return {n: o + i for i, n in enumerate(names)}
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-from lobsim_env import Action, LobEnv, LobVectorEnv, MarketConfig
+from lobsim_env import Action, LobEnv, LobVectorEnv, MarketConfig, obs_index
 from lobsim_env.folds import DaySpec, lobster_days, synthetic_days, walk_forward
 from lobsim_env.lobster import samples
 from lobsim_env.lobster.files import LobsterDay, load_day
@@ -225,3 +225,39 @@ def test_lobster_days_sort_by_date_and_point_configs():
     with pytest.raises(ValueError, match="no YYYY-MM-DD"):
         lobster_days(["/x/undated.zip"])
     assert isinstance(days[0], DaySpec)
+
+
+@needs_data
+def test_depth_flow_on_a_day_is_the_visible_near_mid_depth_change(days):
+    """market.depth_flow_ticks=K on a replayed day: the two EMAs of the visible bid size minus ask size gained over
+    a step at the prices within K ticks of the step's starting mid, read from the file's book rows; the other
+    columns are those of K=0."""
+    day, K, B, E = days["AMZN_5"], 3, 3, 20
+    plain = market(day, horizon=60, events_per_step=E)
+    with_df = market(day, horizon=60, events_per_step=E, depth_flow_ticks=K)
+    s, r0 = with_df.new_state(B), plain.new_state(B)
+    keys = np.array([5, 6, 7], np.uint64) * np.uint64(7919)
+    with_df.reset_rows(s, np.arange(B), keys)
+    plain.reset_rows(r0, np.arange(B), keys)
+    ix = obs_index(with_df.cfg)
+    rng, fast, slow, moved = np.random.default_rng(1), np.zeros(B), np.zeros(B), 0
+
+    def near(row: np.ndarray, mid2: int) -> int:
+        q = 0
+        for ap, asz, bp, bsz in row.reshape(-1, 4).tolist():  # a level: ask price, ask size, bid price, bid size
+            q += bsz * (abs(2 * bp - mid2) <= 2 * K * 100) - asz * (abs(2 * ap - mid2) <= 2 * K * 100)
+        return q
+
+    for _ in range(40):
+        k0, mid2 = s.start + s.t * E, s.last_mid2.copy()
+        acts = rng.integers(0, 7, B)
+        with_df.step(s, acts)
+        plain.step(r0, acts)
+        obs, robs = with_df.observe(s), plain.observe(r0)
+        np.testing.assert_array_equal(obs[:, : robs.shape[1]], robs)
+        w = np.array([near(day.book[k0[r] + E - 1], mid2[r]) - near(day.book[k0[r] - 1], mid2[r]) for r in range(B)])
+        moved += int((w != 0).sum())
+        fast, slow = 0.9 * fast + 0.1 * w, 0.98 * slow + 0.02 * w
+        np.testing.assert_allclose(obs[:, ix["depth_flow"]], fast / 1000.0, rtol=1e-5, atol=1e-7)
+        np.testing.assert_allclose(obs[:, ix["depth_flow_slow"]], slow / 1000.0, rtol=1e-5, atol=1e-7)
+    assert moved > 10

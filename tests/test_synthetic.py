@@ -125,3 +125,57 @@ def test_slow_flow_column_is_the_slower_ema_and_tells_the_regime_better():
     fast, slow, regime = (np.array(a)[100:].ravel() for a in (fast, slow, regime))
     c_fast, c_slow = np.corrcoef(fast, regime)[0, 1], np.corrcoef(slow, regime)[0, 1]
     assert c_slow > c_fast + 0.1 and c_slow > 0.4
+
+
+def _near_mid_depth(book, ticks: np.ndarray, k: int) -> np.ndarray:
+    """Resting bid size minus ask size on the absolute ticks ticks[b] - k .. ticks[b] + k of each book."""
+    j = ticks[:, None] - book.base[:, None] + np.arange(-k, k + 1)[None, :]
+    rows = np.arange(book.n_books)[:, None]
+    return book.depth[rows, 0, j].sum(1).astype(np.int64) - book.depth[rows, 1, j].sum(1).astype(np.int64)
+
+
+def test_depth_flow_columns_are_emas_of_the_near_mid_depth_change_and_change_nothing_else():
+    """market.depth_flow_ticks=K appends two EMAs (decays flow_decay and slow_flow_decay) of one step's bid size
+    gained minus ask size gained on the absolute ticks within K of the step's starting mid (limit orders, cancels,
+    trades and the agent's own orders there); the market and the other columns are those of K=0 (same seeds, same
+    random actions), across re-centred windows and episode ends."""
+    from lobsim_env import LobVectorEnv, obs_index, obs_size
+
+    K, books = 5, 32
+    plain = MarketConfig(horizon=150, synthetic=SyntheticConfig(window_ticks=32))  # a narrow window re-centres often
+    cfg = dataclasses.replace(plain, depth_flow_ticks=K)
+    ix = obs_index(cfg)
+    assert obs_size(cfg) == obs_size(plain) + 2 and (ix["depth_flow"], ix["depth_flow_slow"]) == (32, 33)
+    assert "depth_flow" not in obs_index(plain)
+    env, ref = LobVectorEnv(books, cfg), LobVectorEnv(books, plain)
+    obs, _ = env.reset(seed=5)
+    ref.reset(seed=5)
+    rng = np.random.default_rng(0)
+    fast, slow, shifted, ended = np.zeros(books), np.zeros(books), 0, np.zeros(books, bool)
+    for _ in range(400):
+        b = env._state.book
+        mid = (b.base + (b.best[:, 0] + b.best[:, 1]) // 2).astype(np.int64)
+        before, base0 = _near_mid_depth(b, mid, K), b.base.copy()
+        acts = rng.integers(0, 7, books)
+        obs, _, term, trunc, _ = env.step(acts)
+        robs, *_ = ref.step(acts)
+        np.testing.assert_array_equal(obs[:, :32], robs)
+        if ended.any():  # the autoreset step after an episode's last: the next episode's first observation
+            assert ended.all() and (obs[:, ix["depth_flow"]] == 0).all()
+            fast[:] = slow[:] = 0
+        else:
+            shifted += int((b.base != base0).sum())
+            w = _near_mid_depth(b, mid, K) - before
+            fast, slow = 0.9 * fast + 0.1 * w, 0.98 * slow + 0.02 * w
+        ended = term | trunc
+        np.testing.assert_allclose(obs[:, ix["depth_flow"]], fast / cfg.size_scale, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(obs[:, ix["depth_flow_slow"]], slow / cfg.size_scale, rtol=1e-5, atol=1e-6)
+    assert shifted > 0  # some windows re-centred mid-run: the flow is measured on absolute ticks
+    assert np.abs(obs[:, ix["depth_flow"]]).max() > 0
+
+
+def test_depth_flow_ticks_is_validated():
+    from lobsim_env.config import MarketConfigError
+
+    with pytest.raises(MarketConfigError, match=r"market\.depth_flow_ticks=11"):
+        MarketConfig(depth_flow_ticks=11).validate()

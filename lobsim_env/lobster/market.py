@@ -27,7 +27,15 @@ import numpy as np
 
 from lobsim_env.config import MarketConfig
 from lobsim_env.lobster.files import TICK, LobsterDay, load_day
-from lobsim_env.market import OBS_FIXED, Action, ActionListener, ActionReport, StepResult, new_order_contracts
+from lobsim_env.market import (
+    OBS_FIXED,
+    Action,
+    ActionListener,
+    ActionReport,
+    StepResult,
+    new_order_contracts,
+    obs_size,
+)
 
 
 def lobster_config(path: str, **overrides) -> MarketConfig:
@@ -62,6 +70,9 @@ class LobsterState:
     equity_usd: np.ndarray
     flow: np.ndarray
     flow_slow: np.ndarray
+    depth_flow: np.ndarray
+    """EMA (flow_decay) of the visible depth flow near the mid (MarketConfig.depth_flow_ticks); 0 when off."""
+    depth_flow_slow: np.ndarray
     last_mid2: np.ndarray
     own_price: np.ndarray
     own_size: np.ndarray
@@ -81,6 +92,8 @@ class LobsterState:
             equity_usd=np.zeros(n),
             flow=np.zeros(n),
             flow_slow=np.zeros(n),
+            depth_flow=np.zeros(n),
+            depth_flow_slow=np.zeros(n),
             last_mid2=z.copy(),
             own_price=z2.copy(),
             own_size=z2.copy(),
@@ -136,6 +149,8 @@ class LobsterMarket:
             state.equity_usd,
             state.flow,
             state.flow_slow,
+            state.depth_flow,
+            state.depth_flow_slow,
         ):
             a[rows] = 0
         for a in (state.own_price, state.own_size, state.own_ahead, state.own_join):
@@ -163,11 +178,13 @@ class LobsterMarket:
         else:  # the same action, with what it did recorded book by book
             report = ActionReport(taker=np.zeros(B, np.int64), taker_cash_usd=np.zeros(B), posted=np.zeros(B, np.int64))
             act = functools.partial(self._act_reported, report)
-        H = cfg.horizon
+        H, K = cfg.horizon, cfg.depth_flow_ticks
         for r in range(B):
             if state.t[r] >= H:  # a finished book (the vector env's autoreset step): past its window, reset next
                 continue
             k0 = int(state.start[r] + state.t[r] * E)
+            if K:
+                depth0 = self._near_mid_imbalance(k0 - 1, int(state.last_mid2[r]), K)
             signed_volume = 0
             for e in range(E + 1):
                 k = k0 + e
@@ -184,6 +201,10 @@ class LobsterMarket:
             d, ds = cfg.synthetic.flow_decay, cfg.synthetic.slow_flow_decay
             state.flow[r] = d * state.flow[r] + (1 - d) * signed_volume
             state.flow_slow[r] = ds * state.flow_slow[r] + (1 - ds) * signed_volume
+            if K:  # the same prices, after the step's messages
+                w = self._near_mid_imbalance(k0 + E - 1, int(state.last_mid2[r]), K) - depth0
+                state.depth_flow[r] = d * state.depth_flow[r] + (1 - d) * w
+                state.depth_flow_slow[r] = ds * state.depth_flow_slow[r] + (1 - ds) * w
             state.last_mid2[r] = self._mid2(k0 + E - 1, int(state.last_mid2[r]))
         state.fees_usd += fees
         state.t += 1
@@ -194,6 +215,14 @@ class LobsterMarket:
         if listener is not None:
             listener(report)
         return result
+
+    def _near_mid_imbalance(self, row: int, mid2: int, K: int) -> int:
+        """Visible bid size minus visible ask size at prices within K ticks of the mid (mid2 / 2) in book row
+        `row` (the day's file shows its first `levels` non-empty levels a side: with 1, the best quotes only)."""
+        book = self.day.book[row]
+        near = np.abs(2 * book[0::2] - mid2) <= 2 * K * TICK  # [2 * levels]: ask, bid, ask, bid, ... prices
+        sizes = book[1::2] * near
+        return int(sizes[1::2].sum() - sizes[0::2].sum())
 
     # ---- one book, one message / one action -------------------------------------------------------------
 
@@ -295,7 +324,7 @@ class LobsterMarket:
         cfg = self.cfg
         L = cfg.obs_levels
         B = state.t.shape[0]
-        out = np.zeros((B, 4 * L + OBS_FIXED), np.float32)
+        out = np.zeros((B, obs_size(cfg)), np.float32)
         n = min(L, self.day.levels)
         sc = 1.0 / cfg.size_scale
         for r in range(B):
@@ -320,6 +349,9 @@ class LobsterMarket:
                     out[r, o + 6 + 3 * s] = state.own_size[r, s] * sc
                     out[r, o + 7 + 3 * s] = state.own_ahead[r, s] * sc
             out[r, o + 11] = 1.0 - state.t[r] / cfg.horizon
+        if cfg.depth_flow_ticks:
+            out[:, 4 * L + OBS_FIXED] = state.depth_flow * sc
+            out[:, 4 * L + OBS_FIXED + 1] = state.depth_flow_slow * sc
         return out
 
 

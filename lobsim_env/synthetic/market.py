@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from lobsim_env.config import MarketConfig
-from lobsim_env.market import OBS_FIXED, ActionListener, ActionReport, StepResult, new_order_contracts
+from lobsim_env.market import OBS_FIXED, ActionListener, ActionReport, StepResult, new_order_contracts, obs_size
 from lobsim_env.synthetic import book as bk
 from lobsim_env.synthetic.agent import apply_actions
 from lobsim_env.synthetic.flow import SyntheticFlow, hash_draws
@@ -42,6 +42,11 @@ class SyntheticState:
     """[B] float64 EMA of signed market-order volume (buys - sells) per step, decay flow_decay."""
     flow_slow: np.ndarray
     """[B] float64 the same EMA with decay slow_flow_decay."""
+    depth_flow: np.ndarray
+    """[B] float64 EMA (decay flow_decay) of the depth flow near the mid (MarketConfig.depth_flow_ticks; 0 when
+    that is off)."""
+    depth_flow_slow: np.ndarray
+    """[B] float64 the same EMA with decay slow_flow_decay."""
     position: np.ndarray
     """[B] contracts held (signed)."""
     cash_ticks: np.ndarray
@@ -61,6 +66,8 @@ class SyntheticState:
             regime=z.copy(),
             flow=np.zeros(n_books),
             flow_slow=np.zeros(n_books),
+            depth_flow=np.zeros(n_books),
+            depth_flow_slow=np.zeros(n_books),
             position=z.copy(),
             cash_ticks=z.copy(),
             fees_usd=np.zeros(n_books),
@@ -77,10 +84,13 @@ class SyntheticMarket:
     def __init__(self, cfg: MarketConfig):
         self.cfg = cfg.validate()
         self.flow_model = SyntheticFlow(cfg.synthetic)
-        self.margin = cfg.synthetic.levels + cfg.obs_levels + 2
+        # recentring keeps the quotes this far inside the window: the book the observation and the flow touch,
+        # and the depth flow's ticks around the mid
+        self.margin = max(cfg.synthetic.levels + cfg.obs_levels, cfg.depth_flow_ticks) + 2
         # mid in half ticks -> USD
         self._usd_per_half_tick = cfg.usd_per_tick / 2
         self._draw_buf: np.ndarray | None = None
+        self._near: tuple[np.ndarray, ...] | None = None  # _near_mid_imbalance's index and buffers
 
     def new_state(self, n_books: int) -> SyntheticState:
         return SyntheticState.empty(n_books, self.cfg)
@@ -103,6 +113,8 @@ class SyntheticMarket:
             state.cash_ticks,
             state.flow,
             state.flow_slow,
+            state.depth_flow,
+            state.depth_flow_slow,
             state.fees_usd,
             state.equity_usd,
         ):
@@ -117,6 +129,10 @@ class SyntheticMarket:
         h = hash_draws(state.key, state.t, E + 1, out=self._draws(E + 1, state.key.shape[0]))
         state.regime = self.flow_model.step_regime(state.regime, h[E])
         book.signed_volume[:] = 0
+        K = cfg.depth_flow_ticks
+        if K:
+            near = (book.best[:, bk.BID] + book.best[:, bk.ASK]) // 2 - K  # window index of the ticks' lowest
+            depth0 = self._near_mid_imbalance(book, near, K)
         listener = self.action_listener
         act = self._act if listener is None else self._act_reported
         taker_qty = taker_cash = posted = None
@@ -128,6 +144,8 @@ class SyntheticMarket:
         if taker_qty is None:
             taker_qty, taker_cash, posted = act(state, actions)
         passive_qty, passive_cash = bk.drain_fills(book)
+        if K:  # before recentring: the same window indices are the same absolute ticks
+            depth_flow = self._near_mid_imbalance(book, near, K) - depth0
         bk.recentre(book, self.margin, cfg.synthetic.base_depth)
 
         state.position += taker_qty + passive_qty
@@ -137,6 +155,9 @@ class SyntheticMarket:
         d, ds = cfg.synthetic.flow_decay, cfg.synthetic.slow_flow_decay
         state.flow = d * state.flow + (1 - d) * book.signed_volume
         state.flow_slow = ds * state.flow_slow + (1 - ds) * book.signed_volume
+        if K:
+            state.depth_flow = d * state.depth_flow + (1 - d) * depth_flow
+            state.depth_flow_slow = ds * state.depth_flow_slow + (1 - ds) * depth_flow
         state.t += 1
         equity = self.equity_usd(state)
         reward = equity - state.equity_usd
@@ -169,6 +190,21 @@ class SyntheticMarket:
         qty, cash, _ = self._act(state, actions)
         return qty, cash, new_order_contracts(size0, tick0, b.own_size, b.own_tick)
 
+    def _near_mid_imbalance(self, book: bk.BookState, low: np.ndarray, K: int) -> np.ndarray:
+        """[B] int64 resting bid size minus resting ask size on window indices low .. low + 2K of each book."""
+        W, shape = book.window, (book.n_books, 2 * K + 1)
+        if self._near is None or self._near[0].shape != shape or self._near[0][-1, 0] != book.rows2[-1] * W:
+            off = book.rows2[:, None] * W + np.arange(2 * K + 1)  # flat index of a row's bids at window index 0..2K
+            self._near = (off, np.empty_like(off), np.empty(shape, book.depth.dtype), np.empty(shape, book.depth.dtype))
+        off, i, bid, ask = self._near  # preallocated: [B, 2K+1] int64 temporaries would page-fault each step
+        flat = book.depth.reshape(-1)
+        np.add(off, low[:, None], out=i)
+        np.take(flat, i, out=bid)
+        np.add(i, W, out=i)
+        np.take(flat, i, out=ask)
+        np.subtract(bid, ask, out=bid)
+        return bid.sum(axis=1, dtype=np.int64)
+
     def _draws(self, n: int, B: int) -> np.ndarray:
         if self._draw_buf is None or self._draw_buf.shape != (n, B):
             self._draw_buf = np.empty((n, B), np.uint64)
@@ -198,7 +234,7 @@ class SyntheticMarket:
         L, W = cfg.obs_levels, b.window
         B = b.n_books
         bb, ba = b.best[:, bk.BID], b.best[:, bk.ASK]
-        out = np.empty((B, 4 * L + OBS_FIXED), np.float32)
+        out = np.empty((B, obs_size(cfg)), np.float32)
         sc = np.float32(1.0 / cfg.size_scale)
         half_spread = (0.5 * (ba - bb)).astype(np.float32)
         low = bb - (L - 1)
@@ -235,4 +271,7 @@ class SyntheticMarket:
             out[:, o + 6 + 3 * s] = b.own_size[:, s] * sc
             out[:, o + 7 + 3 * s] = b.own_ahead[:, s] * sc
         out[:, o + 11] = 1.0 - state.t * (1.0 / cfg.horizon)
+        if cfg.depth_flow_ticks:
+            out[:, o + OBS_FIXED] = state.depth_flow * sc
+            out[:, o + OBS_FIXED + 1] = state.depth_flow_slow * sc
         return out
