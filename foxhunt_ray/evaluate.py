@@ -268,7 +268,8 @@ def evaluation_market(run: RunConfig, lobster_path: str | Path | None, horizon: 
     if trained.source == "lobster":
         market = dataclasses.replace(trained, lobster_path=str(path), horizon=h)
     else:  # the equity contract of the replay market, the observation sized as the policy was trained
-        market = lobster_config(str(path), obs_levels=trained.obs_levels, horizon=h)
+        sized = {"obs_levels": trained.obs_levels, "depth_flow_ticks": trained.depth_flow_ticks}
+        market = lobster_config(str(path), horizon=h, **sized)
     return market, LOBSTER
 
 

@@ -16,6 +16,7 @@ from foxhunt_ray.evaluate import (
     EvaluationError,
     describe,
     evaluate_run,
+    evaluation_market,
     load_agent,
     load_run,
     main,
@@ -452,3 +453,16 @@ def test_a_run_of_the_lobster_market_needs_a_day_to_evaluate_on(run_dir, tmp_pat
     }
     (run / "config.json").write_text(json.dumps(doc))
     _fails([str(run)], capsys, "trained on the LOBSTER day", "--lobster PATH")
+
+
+@pytest.mark.skipif(not AMZN_1.exists(), reason="LOBSTER sample data not present")
+def test_a_lobster_day_is_observed_as_the_policy_was_trained():
+    """A policy trained with the depth flow (34 columns) is played on a replayed day with the same columns."""
+    from foxhunt_ray.config import RunConfig
+    from lobsim_env.market import obs_size
+
+    for ticks, levels in ((0, 5), (5, 5), (3, 2)):
+        trained = RunConfig(market=MarketConfig(depth_flow_ticks=ticks, obs_levels=levels))
+        market, kind = evaluation_market(trained, AMZN_1, 100)
+        assert kind == "lobster" and (market.depth_flow_ticks, market.obs_levels) == (ticks, levels)
+        assert obs_size(market) == obs_size(trained.market) == LobVectorEnv(1, market).single_observation_space.shape[0]
