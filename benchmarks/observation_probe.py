@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", help="write the figures here")
     args = ap.parse_args(argv)
     t0 = time.time()
-    plain_cfg = run_preset("phase4_3").market
+    plain_cfg = dataclasses.replace(run_preset("phase4_3").market, depth_flow_ticks=0)
     cfg = dataclasses.replace(plain_cfg, depth_flow_ticks=DEPTH_FLOW_TICKS)
     plain = obs_size(plain_cfg)
     train = collect(cfg, args.fit_books, FIT_SEED)

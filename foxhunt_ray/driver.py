@@ -445,6 +445,9 @@ def describe(plan: Plan) -> str:
         m = c.market
         scale += f" (from the market: 2 / (${m.usd_per_tick:g} a tick x {m.position_limit} contracts), half a tick)"
     settings = f"settings {c.settings or 'not recorded'}: lr {lrn.lr:g}, dueling_lr {lrn.dueling_lr:g}, {scale}"
+    if is_market(c.env_id):
+        k = c.market.depth_flow_ticks
+        settings += f", depth flow within {k} ticks of the mid observed" if k else ", no depth flow observed"
     why = f" ({plan.sizing_reason})" if plan.sizing_reason else ""
     sizing = (
         f"sizing {c.sizing or 'not recorded'}{why}: hidden_dim {lrn.hidden_dim}, q_batch_size {lrn.q_batch_size}, "

@@ -6,11 +6,13 @@ A run's config is three named choices, each recorded in config.json (`preset`, `
   failed cluster runs; phase4_2 and phase4_3 differ from it ONLY in dueling_mode, so a comparison between them
   measures the dueling head alone. The seed's failed designs (phase2_v2, phase3_1, phase3_2, phase3_2c,
   phase3_1_fix) differ from it only in the ablation switches (c51_scalar_v, iqn_dueling, iqn_baseline).
-- the settings group (SETTINGS): the learning rates and the reward scale. 'learn' (the default) is what learns
-  on the synthetic market: lr = dueling_lr = 3e-3, chosen by the sweep of benchmarks/learning_sweep.py (BENCHMARKS.md,
-  "Learning quality"), and reward_scale 'auto', derived from the market's units
-  (foxhunt_ray.config.market_reward_scale). 'seed' is the seed's own values (lr 2.5e-4, reward_scale 1), for
-  anyone reproducing it: in the sweep they barely moved in 13,500 updates.
+- the settings group (SETTINGS): the learning rates, the reward scale and what the agent observes. 'learn' (the
+  default) is what learns on the synthetic market: lr = dueling_lr = 3e-3, chosen by the sweep of
+  benchmarks/learning_sweep.py (BENCHMARKS.md, "Learning quality"), reward_scale 'auto', derived from the market's
+  units (foxhunt_ray.config.market_reward_scale), and the depth flow near the mid in the observation
+  (market.depth_flow_ticks 5: BENCHMARKS.md, "What one observation tells of the regime"). 'seed' is the seed's own
+  values (lr 2.5e-4, reward_scale 1, its observation without the depth flow), for anyone reproducing it: in the
+  sweep they barely moved in 13,500 updates.
 - the sizing (SIZINGS): widths and batch shapes. 'gpu' is the presets' production size, the seed's (H = 512,
   16 books a rollout worker: the shape of its cluster of many small workers); 'gpu_host' the same network fed the
   way one GPU host keeps its GPU busy (2,048 books a worker, the learner stepping 256 of them at a time); 'cpu'
@@ -34,9 +36,13 @@ from lobsim_env.config import MarketConfig
 
 SETTINGS: dict[str, dict[str, dict[str, Any]]] = {
     # what learns on the synthetic market (BENCHMARKS.md, "Learning quality" and "The main job on a 2-core box")
-    "learn": {"learner": {"lr": 3e-3, "dueling_lr": 3e-3, "reward_scale": "auto"}},
-    # the seed's values (its GPU production runs)
-    "seed": {"learner": {"lr": 2.5e-4, "dueling_lr": 2.5e-4, "reward_scale": 1.0}},
+    # the depth flow: on the box's main job 0.72 of the oracle against 0.57 without it, six seeds paired
+    "learn": {
+        "learner": {"lr": 3e-3, "dueling_lr": 3e-3, "reward_scale": "auto"},
+        "market": {"depth_flow_ticks": 5},
+    },
+    # the seed's values (its GPU production runs; its observation had no depth flow)
+    "seed": {"learner": {"lr": 2.5e-4, "dueling_lr": 2.5e-4, "reward_scale": 1.0}, "market": {"depth_flow_ticks": 0}},
 }
 """Settings groups: section -> field -> value, applied on top of a preset (`run_preset(name, settings=...)`)."""
 

@@ -15,7 +15,7 @@ _SPEC = importlib.util.spec_from_file_location(
 op = importlib.util.module_from_spec(_SPEC)
 _SPEC.loader.exec_module(op)
 
-PLAIN = dataclasses.replace(run_preset("phase4_3").market, horizon=120)
+PLAIN = dataclasses.replace(run_preset("phase4_3").market, horizon=120, depth_flow_ticks=0)
 CFG = dataclasses.replace(PLAIN, depth_flow_ticks=op.DEPTH_FLOW_TICKS)
 
 

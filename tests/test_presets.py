@@ -88,6 +88,19 @@ def test_seed_settings_and_gpu_sizing_reproduce_the_seeds_values():
         assert cfg.learner == LearnerConfig(hidden_dim=512, **switches), name
         assert cfg.rollout == RolloutConfig() and (cfg.settings, cfg.sizing) == ("seed", "gpu")
         assert (cfg.learner.lr, cfg.learner.reward_scale, cfg.learner.q_batch_size) == (2.5e-4, 1.0, 1024)
+        assert cfg.market == MarketConfig()  # the seed's observation: no depth flow
+
+
+def test_learn_settings_observe_the_depth_flow_under_every_preset_and_sizing():
+    """What learned on the box (BENCHMARKS.md, "What one observation tells of the regime"): every preset's market
+    under 'learn' is the market's own with the depth flow near the mid, 5 ticks, and nothing else changed."""
+    for name in PRESET_NAMES:
+        sizings = [None] if name == "smoke" else list(SIZINGS)
+        for sizing in sizings:
+            market = run_preset(name, settings="learn", sizing=sizing).validate().market
+            own = run_preset(name, settings="seed", sizing=sizing).market
+            assert market == dataclasses.replace(own, depth_flow_ticks=5), (name, sizing)
+    assert run_preset("phase4_3").market.depth_flow_ticks == 5 and run_preset("smoke").market.depth_flow_ticks == 0
 
 
 def test_gpu_host_sizing_is_gpus_network_fed_by_wide_workers_in_learner_steps_of_256_books():
@@ -114,7 +127,8 @@ def test_preset_pairs_differ_only_in_their_switch_under_every_group(settings, si
         cfg = run_preset(name, settings=settings, sizing=sizing).validate()
         diff = {k for k, v in dataclasses.asdict(cfg.learner).items() if base[k] != v}
         assert diff == switch, name
-        assert cfg.rollout == run_preset("plan_a_v2", settings=settings, sizing=sizing).rollout
+        other = run_preset("plan_a_v2", settings=settings, sizing=sizing)
+        assert (cfg.rollout, cfg.market) == (other.rollout, other.market)
 
 
 def test_smoke_keeps_its_own_sizes_and_unknown_names_are_refused():
