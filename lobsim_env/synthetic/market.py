@@ -220,7 +220,7 @@ class SyntheticMarket:
         return half_ticks * self._usd_per_half_tick - state.fees_usd
 
     def observe(self, state: SyntheticState) -> np.ndarray:
-        """float32 [B, 4L + 12]; layout in docs/market.md:
+        """float32 [B, 4L + 12] (+ 2 with the depth flow, last); layout in docs/market.md:
 
         [bid price offsets from mid (ticks) x L, bid sizes x L, ask offsets x L, ask sizes x L,
         spread (ticks), top-level imbalance (qb-qa)/(qb+qa), recent signed trade flow (fast and slow EMAs),
