@@ -135,9 +135,12 @@ def load_problem(state: dict, cfg: LearnerConfig, obs_dim: int, n_actions: int) 
 
     from learner.learner import Learner
 
+    # With learner.obs_norm on, the learner is built with the identity standardisation: the checkpoint's own
+    # statistics replace it in the load (and a checkpoint without them does not load).
+    norm = {"obs_mean": [0.0] * obs_dim, "obs_std": [1.0] * obs_dim} if cfg.obs_norm != "off" else {}
     try:
         with torch.random.fork_rng(devices=[]):
-            Learner(cfg, obs_dim=obs_dim, n_actions=n_actions).load_state_dict(state["learner"])
+            Learner(cfg, obs_dim=obs_dim, n_actions=n_actions, **norm).load_state_dict(state["learner"])
     except Exception as err:  # a missing key, a tensor of another shape or dtype, a replay of another size
         return f"it does not load into this run's learner ({type(err).__name__}: {str(err)[:200] or 'no message'})"
     return None

@@ -37,6 +37,22 @@ class EnvSpaces:
     """n of the Discrete action space (actions on the wire are 0..n-1; the env's `start` is added when stepping)."""
     has_pnl: bool
     """The env reports pnl_usd in its info (the market): the diag carries pnl_cum_usd beside the returns."""
+    obs_mean: tuple[float, ...]
+    """Per observation column: the mean over the probe's steps (`probe_obs_stats`); learner.obs_norm reads it."""
+    obs_std: tuple[float, ...]
+    """Per observation column: the standard deviation over the probe's steps, at least OBS_STD_FLOOR."""
+
+
+PROBE_ENVS = 16
+"""Copies of the env the observation probe steps together (books, for the market)."""
+PROBE_STEPS = 256
+"""Steps of uniform random actions the observation probe takes (with PROBE_ENVS: 4,096 observations)."""
+PROBE_SEED = 0
+"""The probe's env seeds (copy i: PROBE_SEED + i, the first training books of a run of seed 0) and action stream:
+the same statistics for every run of one env and config, whatever its seed."""
+OBS_STD_FLOOR = 1e-2
+"""A column that barely moves under the probe (a constant, or one the random policy leaves alone) is divided by
+this, not by its tiny spread: standardising must not blow up what the probe did not see move."""
 
 
 def is_market(env_id: str) -> bool:
@@ -131,14 +147,47 @@ def check_envs(env_id: str, envs: gym.vector.VectorEnv) -> None:
 
 
 def probe_env(env_id: str, *, market: MarketConfig, env_kwargs: dict | None = None) -> EnvSpaces:
-    """Builds one copy of the env, checks it (EnvError) and returns its spaces; what the driver sizes the learner by."""
-    envs = make_envs(env_id, 1, market=market, env_kwargs=env_kwargs)
+    """Builds PROBE_ENVS copies of the env, checks them (EnvError) and returns their spaces and observation
+    statistics (`probe_obs_stats`); what the driver sizes the learner by."""
+    envs = make_envs(env_id, PROBE_ENVS, market=market, env_kwargs=env_kwargs)
     try:
-        _, info = envs.reset(seed=0)
+        # the market's books open at steps spread over the episode, as the rollout's staggered books do, so that
+        # every column (the time left among them) is seen over its whole range, not only an episode's first steps
+        first = np.linspace(0, market.horizon, PROBE_ENVS, endpoint=False).astype(np.int64)
+        options = {"first_steps": first} if is_market(env_id) else None
+        obs, info = envs.reset(seed=PROBE_SEED, options=options)
+        mean, std = probe_obs_stats(envs, obs, env_id=env_id)
         return EnvSpaces(
             obs_dim=int(envs.single_observation_space.shape[0]),
             n_actions=int(envs.single_action_space.n),
             has_pnl="pnl_usd" in info,
+            obs_mean=mean,
+            obs_std=std,
         )
     finally:
         envs.close()
+
+
+def probe_obs_stats(
+    envs: gym.vector.VectorEnv, obs: np.ndarray, *, env_id: str, steps: int = PROBE_STEPS
+) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Per-column mean and std (floored at OBS_STD_FLOOR) of the observations of `steps` steps of uniform random
+    actions from `obs` (the reset's), seeded by PROBE_SEED; the statistics learner.obs_norm standardises by.
+    EnvError when the env observes something not finite (the learner would train on it)."""
+    rng = np.random.default_rng(PROBE_SEED)
+    n = int(envs.single_action_space.n)
+    start = int(envs.single_action_space.start)
+    count, total, total_sq = 0, 0.0, 0.0
+    for _ in range(steps + 1):
+        x = np.asarray(obs, np.float64).reshape(envs.num_envs, -1)
+        if not np.isfinite(x).all():
+            raise EnvError(
+                f"env_id={env_id!r} observed a non-finite value while probed with random actions: the learner "
+                "would train on it; make the env's observation finite (clip or replace NaN/inf)"
+            )
+        count, total, total_sq = count + len(x), total + x.sum(0), total_sq + (x * x).sum(0)
+        obs = envs.step(rng.integers(0, n, envs.num_envs) + start)[0]
+    mean = total / count
+    std = np.sqrt(np.maximum(total_sq / count - mean * mean, 0.0))
+    std = np.maximum(std, OBS_STD_FLOOR)
+    return tuple(float(v) for v in mean), tuple(float(v) for v in std)

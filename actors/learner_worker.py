@@ -35,6 +35,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -113,11 +114,14 @@ class LearnerWorker:
         limits: WireLimits = DEFAULT_LIMITS,
         has_pnl: bool = True,
         faults: FaultInjection = NO_FAULTS,
+        obs_mean: Sequence[float] | None = None,
+        obs_std: Sequence[float] | None = None,
     ):
         """checkpoint_every: M, take a checkpoint once the step passes a multiple of M (None: only when asked),
         and no sooner than checkpoint_interval_s seconds after the last one; it waits in take_checkpoints().
         has_pnl: the env reports pnl_usd (the market; EpisodeStats.has_pnl). faults: test-only faults the Learner
-        makes on purpose (learner.config.FaultInjection)."""
+        makes on purpose (learner.config.FaultInjection). obs_mean, obs_std: the probed observation statistics
+        (actors.envs.EnvSpaces) the encoder standardises by when cfg.obs_norm is on."""
         errs = []
         m = checkpoint_every
         if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m < 1):
@@ -130,7 +134,14 @@ class LearnerWorker:
         if device is None:
             device = "cuda" if torch.cuda.is_available() else "cpu"
         self.learner = Learner(
-            cfg, obs_dim=int(obs_dim), n_actions=int(n_actions), device=device, seed=seed, faults=faults
+            cfg,
+            obs_dim=int(obs_dim),
+            n_actions=int(n_actions),
+            device=device,
+            seed=seed,
+            faults=faults,
+            obs_mean=obs_mean,
+            obs_std=obs_std,
         )
         self.on_cuda = self.learner.device.type == "cuda"
         if self.learner.graph is not None:

@@ -51,11 +51,14 @@ DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
 def take_snapshot(checkpoint: Path, snapshots: Path) -> Path:
-    """Writes SNAPSHOTS/snap_<step>.pt: the step and the online and target flat parameters of a run checkpoint."""
+    """Writes SNAPSHOTS/snap_<step>.pt: the step, the online and target flat parameters of a run checkpoint and
+    its encoder's standardisation (learner.obs_norm; None when off)."""
     state = read_checkpoint(checkpoint, mmap=True)
     main, step = state["learner"]["main"], int(state["step"])
+    norm = state["learner"].get("obs_norm")
     path = snapshots / f"{SNAP_PREFIX}{step:08d}.pt"
-    torch.save({"step": step, "flat": main["flat"].clone(), "target_flat": main["target_flat"].clone()}, path)
+    snap = {"step": step, "flat": main["flat"].clone(), "target_flat": main["target_flat"].clone()}
+    torch.save({**snap, "obs_norm": {k: v.clone() for k, v in norm.items()} if norm else None}, path)
     return path
 
 
@@ -80,9 +83,10 @@ def watch(out: Path, every: float, snapshots: Path, timeout: float) -> int:
     return 0
 
 
-def _policy(flat: torch.Tensor, run, obs_dim: int, n_actions: int) -> PolicyNet:
-    """The encoder + policy head of the main network whose flat parameters are `flat`, on DEVICE."""
-    return networks_from_flat(flat, run.learner, obs_dim, n_actions)[1].to(DEVICE)
+def _policy(flat: torch.Tensor, run, obs_dim: int, n_actions: int, obs_norm: dict | None = None) -> PolicyNet:
+    """The encoder + policy head of the main network whose flat parameters are `flat` (and whose encoder
+    standardises by `obs_norm`, learner.obs_norm's entry of its checkpoint), on DEVICE."""
+    return networks_from_flat(flat, run.learner, obs_dim, n_actions, obs_norm=obs_norm)[1].to(DEVICE)
 
 
 def _greedy(policies: list[PolicyNet]):
@@ -134,7 +138,7 @@ def evaluate(run_dir: Path, snapshots: Path, episodes: int, val_fold: int, ks: l
     refs = {name: score(POLICIES[name]) for name in ("oracle", "imbalance")}
     rows = []
     for s in snaps:
-        r = {"step": int(s["step"]), **score(_greedy([_policy(s["flat"], run, obs_dim, n_actions)]))}
+        r = {"step": int(s["step"]), **score(_greedy([_policy(s["flat"], run, obs_dim, n_actions, s.get("obs_norm"))]))}
         rows.append(r)
         print(f"step {r['step']:>7}  val {r['val']:>8.0f}  test {r['test']:>8.0f}", flush=True)
     half = rows[len(rows) // 2 :]
@@ -148,10 +152,12 @@ def evaluate(run_dir: Path, snapshots: Path, episodes: int, val_fold: int, ks: l
         if k > len(snaps):
             continue
         last_k = snaps[-k:]
-        pols = [_policy(s["flat"], run, obs_dim, n_actions) for s in last_k]
+        pols = [_policy(s["flat"], run, obs_dim, n_actions, s.get("obs_norm")) for s in last_k]
         combos[f"ensemble_{k}"] = score(_greedy(pols))["test"]
         avg = torch.stack([s["flat"] for s in last_k]).mean(0)
-        combos[f"weight_avg_{k}"] = score(_greedy([_policy(avg, run, obs_dim, n_actions)]))["test"]
+        combos[f"weight_avg_{k}"] = score(_greedy([_policy(avg, run, obs_dim, n_actions, last_k[-1].get("obs_norm"))]))[
+            "test"
+        ]
     oracle = refs["oracle"]["test"]
     return {
         "run_dir": str(run_dir),
@@ -178,8 +184,9 @@ def across_runs(run_dirs: list[Path], episodes: int, val_fold: int) -> dict:
         found = latest_checkpoint(rd)
         if found is None:
             raise SystemExit(f"{rd}: no checkpoint")
-        flat = read_checkpoint(found[1], mmap=True)["learner"]["main"]["flat"]
-        policies.append(networks_from_flat(flat, r.learner, obs_dim, n_actions)[1].to(DEVICE))
+        saved = read_checkpoint(found[1], mmap=True)["learner"]
+        flat, norm = saved["main"]["flat"], saved.get("obs_norm")
+        policies.append(networks_from_flat(flat, r.learner, obs_dim, n_actions, obs_norm=norm)[1].to(DEVICE))
         rows.append({"run_dir": str(rd), "seed": r.seed, "step": found[0]})
 
     def score(policy) -> dict[str, float]:

@@ -47,7 +47,15 @@ from foxhunt_ray.plan import DriverConfig
 from foxhunt_ray.run_folder import RunFolderError, read_config, resolve_run_dir
 from foxhunt_ray.storage import StorageError, fetch_to_temp, is_uri
 from learner.config import LearnerConfig
-from learner.network import NET_FIELDS, MainNet, PolicyNet, flatten_parameters_, main_net, policy_from_weights
+from learner.network import (
+    NET_FIELDS,
+    MainNet,
+    PolicyNet,
+    flatten_parameters_,
+    main_net,
+    obs_norm_problem,
+    policy_from_weights,
+)
 from lobsim_env import ENV_ID, LobVectorEnv, MarketConfig, seeds
 from lobsim_env.baselines import NEEDS_LATENT_REGIME, POLICIES, Policy, run_episodes
 from lobsim_env.lobster.market import lobster_config
@@ -75,6 +83,7 @@ METRIC_KEYS = (
 """Keys every policy's entry in an evaluation record has (the report command reads them)."""
 """Learner config fields that size the network the checkpoint's parameters fill."""
 _Q_FIELDS = ("v_min", "v_max", "ensemble_w", "iqn_taus")
+_LEARNER_DEFAULTS = {f.name: f.default for f in dataclasses.fields(LearnerConfig)}
 """... and those q_ens reads (the C51 support, the ensemble weight, the IQN quantile midpoints)."""
 _MAX_SEED = 2**62
 
@@ -161,7 +170,8 @@ def load_agent(
     cfg = run.learner
     # Only the fields acting reads: a checkpoint of older code lacks later training-only fields, and that is fine.
     needed = NET_FIELDS + (_Q_FIELDS if head == "q" else ())
-    mine, theirs = dataclasses.asdict(cfg), learner.get("config", {})
+    # a field added since the checkpoint was written is absent from its config: it ran with the default
+    mine, theirs = dataclasses.asdict(cfg), {**_LEARNER_DEFAULTS, **learner.get("config", {})}
     diff = [k for k in needed if mine[k] != theirs.get(k)]
     if diff:
         shown = ", ".join(f"{k}={theirs.get(k)!r} (config.json: {mine[k]!r})" for k in diff)
@@ -181,8 +191,11 @@ def load_agent(
     saved = main.get(key) if isinstance(main, dict) else None
     if not torch.is_tensor(saved) or not saved.is_floating_point():
         raise EvaluationError(f"{path} holds no learner main.{key} parameters (damaged?); {_another(path)}")
+    obs_norm = learner.get("obs_norm")
+    if cfg.obs_norm != "off" and (why := obs_norm_problem(obs_norm, obs_dim)) is not None:
+        raise EvaluationError(f"{path}: {why}; {_another(path)}")
     try:
-        net, policy = networks_from_flat(saved, cfg, obs_dim, n_actions)
+        net, policy = networks_from_flat(saved, cfg, obs_dim, n_actions, obs_norm=obs_norm)
     except ValueError as err:
         raise EvaluationError(
             f"{path} main.{key}: {err}: the checkpoint does not belong to this config; {_another(path)}"
@@ -194,13 +207,20 @@ def load_agent(
 
 
 def networks_from_flat(
-    saved: torch.Tensor, cfg: LearnerConfig, obs_dim: int, n_actions: int
+    saved: torch.Tensor, cfg: LearnerConfig, obs_dim: int, n_actions: int, *, obs_norm: dict | None = None
 ) -> tuple[MainNet, PolicyNet]:
     """The main network of `cfg` holding the flat parameters `saved` (a checkpoint's main.flat or target_flat),
-    and its encoder + policy head as the rollout actors' PolicyNet, both in eval mode on the CPU. The caller's RNG
-    is left alone. ValueError naming both sizes when `saved` does not fit the network."""
+    and its encoder + policy head as the rollout actors' PolicyNet, both in eval mode on the CPU; with
+    cfg.obs_norm on, the encoder standardises by `obs_norm` (the checkpoint's entry: obs_scale, obs_shift). The
+    caller's RNG is left alone. ValueError naming both sizes when `saved` does not fit the network."""
     with torch.random.fork_rng(devices=[]):  # the throwaway initial weights leave the caller's RNG alone
         net = main_net(cfg, obs_dim, n_actions)
+    if cfg.obs_norm != "off":
+        if (why := obs_norm_problem(obs_norm, obs_dim)) is not None:
+            raise ValueError(why)
+        with torch.no_grad():
+            net.encoder.obs_scale.copy_(obs_norm["obs_scale"])
+            net.encoder.obs_shift.copy_(obs_norm["obs_shift"])
     flat, _ = flatten_parameters_(net)
     if tuple(saved.shape) != tuple(flat.shape):
         raise ValueError(

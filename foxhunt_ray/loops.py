@@ -118,6 +118,8 @@ def learner_kwargs(plan: Plan) -> dict:
         obs_dim=plan.spaces.obs_dim,
         n_actions=plan.spaces.n_actions,
         has_pnl=plan.spaces.has_pnl,
+        obs_mean=plan.spaces.obs_mean,
+        obs_std=plan.spaces.obs_std,
         seed=plan.config.seed,
         checkpoint_every=plan.driver.checkpoint_every,
         checkpoint_interval_s=plan.driver.checkpoint_interval_s,

@@ -22,6 +22,7 @@ IQN_DUELING_MODES: tuple[str, ...] = ("off", "composed", "dual")
 IqnBaseline = Literal["off", "v_iqn", "blend"]
 IQN_BASELINES: tuple[str, ...] = ("off", "v_iqn", "blend")
 MATMUL_PRECISIONS: tuple[str, ...] = ("highest", "high")
+OBS_NORMS: tuple[str, ...] = ("off", "probe")
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -33,6 +34,12 @@ class LearnerConfig:
     """H: width of the shared encoder's output h and of its hidden layers."""
     encoder_layers: Annotated[int, Int(ge=1)] = 2
     """Number of Linear+ReLU layers in the encoder MLP (obs -> H -> ... -> H)."""
+    obs_norm: Annotated[Literal["off", "probe"], OneOf(OBS_NORMS)] = "off"
+    """"probe": the encoder standardises each observation column, (x - mean) / std, by the statistics a probe of
+    the env measured before training (actors.envs.probe_env: uniform random actions on the first training books);
+    fixed for the run and saved with its checkpoints. Columns of very different scales (the market's price
+    offsets against its trade and depth flows, 10 to 20 times smaller) then reach the first layer alike, as the
+    Adam steps on their weights assume. "off": the raw observation."""
     n_atoms: Annotated[int, Int(ge=2, why="a support")] = 51
     """Z: number of C51 atoms on linspace(v_min, v_max, Z)."""
     v_min: Annotated[float, Number()] = -10.0

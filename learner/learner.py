@@ -19,7 +19,7 @@ import copy
 import dataclasses
 import functools
 import numbers
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -35,6 +35,7 @@ from learner.network import (
     flatten_parameters_,
     group_slices,
     main_net,
+    obs_norm_problem,
 )
 from learner.replay import (
     BATCH_DTYPES,
@@ -223,9 +224,18 @@ class Learner:
         device: str | torch.device = "cpu",
         seed: int = 0,
         faults: FaultInjection = NO_FAULTS,
+        obs_mean: Sequence[float] | np.ndarray | None = None,
+        obs_std: Sequence[float] | np.ndarray | None = None,
     ):
-        """faults: test-only faults to make on purpose (learner.config.FaultInjection), not part of cfg."""
+        """faults: test-only faults to make on purpose (learner.config.FaultInjection), not part of cfg.
+        obs_mean, obs_std: the observation's per-column statistics the encoder standardises by when
+        cfg.obs_norm is "probe" (actors.envs.EnvSpaces, from probe_env); ignored when it is "off"."""
         errs = cfg.errors() + faults.errors()
+        if cfg.obs_norm != "off" and (obs_mean is None or obs_std is None):
+            errs.append(
+                f"learner.obs_norm={cfg.obs_norm!r} standardises the observation by its probed statistics: pass "
+                "obs_mean= and obs_std= (actors.envs.probe_env's EnvSpaces has them), or set learner.obs_norm='off'"
+            )
         for name, v, lo in (("obs_dim", obs_dim, 1), ("n_actions", n_actions, 2), ("seed", seed, 0)):
             # numpy integers are welcome (gymnasium's Discrete.n is numpy's int64); bools and floats are not
             if not isinstance(v, numbers.Integral) or isinstance(v, bool | np.bool_) or v < lo:
@@ -241,6 +251,11 @@ class Learner:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             net = main_net(cfg, obs_dim, n_actions)
+        if cfg.obs_norm != "off":  # before the target copy is made: both standardise alike
+            try:
+                net.encoder.set_obs_norm_(obs_mean, obs_std)
+            except ValueError as err:
+                raise ValueError(f"cannot build Learner:\n  learner.obs_norm={cfg.obs_norm!r}: {err}") from None
         decays = cfg.lr_decay_to < 1
         self.lr_scale = 1.0
         self.main = _Trainable(net.to(self.device), cfg.lr, cfg.adam_eps, cfg.grad_clip, graphed, decays)
@@ -791,6 +806,9 @@ class Learner:
         }
         if self.dueling is not None:
             sd["dueling"] = self.dueling.state_dict()
+        if self.cfg.obs_norm != "off":
+            enc = self.net.encoder
+            sd["obs_norm"] = {k: getattr(enc, k).detach().cpu().clone() for k in ("obs_scale", "obs_shift")}
         return sd
 
     def load_state_dict(self, sd: dict) -> None:
@@ -804,6 +822,8 @@ class Learner:
                 f"obs_dim/n_actions {sd['obs_dim']}/{sd['n_actions']} vs {self.obs_dim}/{self.n_actions}; "
                 "build the Learner from the checkpoint's own config (its 'config' entry)"
             )
+        if self.cfg.obs_norm != "off":
+            self._load_obs_norm(sd.get("obs_norm"))
         self.main.load_state_dict(sd["main"], "main")
         if self.dueling is not None:
             self.dueling.load_state_dict(sd["dueling"], "dueling")
@@ -813,6 +833,17 @@ class Learner:
         self.step, self.nan_abort_step = int(sd["step"]), int(sd["nan_abort_step"])
         if self.graph is not None:  # Adam state tensors were replaced: the captured addresses are stale
             self.graph.reset()
+
+    @torch.no_grad()
+    def _load_obs_norm(self, saved: object) -> None:
+        """The checkpoint's standardisation replaces the probed one (the network was trained with it); written in
+        place, into the online and the target encoder alike."""
+        why = obs_norm_problem(saved, self.obs_dim)
+        if why is not None:
+            raise ValueError(f"checkpoint obs_norm: {why}; the checkpoint is damaged or from another learner")
+        for enc in (self.net.encoder, self.main.target.encoder):
+            for key in ("obs_scale", "obs_shift"):
+                getattr(enc, key).copy_(saved[key])
 
 
 def _atoms_at(logits: torch.Tensor, action: torch.Tensor) -> torch.Tensor:

@@ -13,6 +13,7 @@ the very weights plan_a_v2 starts from; with the switches off MainNet is Plan A 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -27,14 +28,66 @@ HEAD_GROUPS: tuple[str, ...] = ("encoder", "c51", "iqn", "pi", "v")
 """Parameter groups of MainNet (Plan A v2), in order; grad norms are reported per group."""
 
 
-def encoder_mlp(obs_dim: int, hidden_dim: int, layers: int) -> nn.Sequential:
-    """obs -> h[B, H]: `layers` Linear+ReLU layers."""
-    mods: list[nn.Module] = []
-    width = obs_dim
-    for _ in range(layers):
-        mods += [nn.Linear(width, hidden_dim), nn.ReLU()]
-        width = hidden_dim
-    return nn.Sequential(*mods)
+class Encoder(nn.Sequential):
+    """obs -> h[B, H]: `layers` Linear+ReLU layers; with obs_norm, each observation column is standardised first.
+
+    The standardisation (LearnerConfig.obs_norm) is fixed, not learned: x * obs_scale + obs_shift, where
+    obs_scale = 1 / std and obs_shift = -mean / std of the column as a probe of the env measured it before training
+    (actors.envs.probe_env; `set_obs_norm_`). They are persistent buffers, so a checkpoint's network and the
+    weights a rollout actor loads carry them; they are not parameters (Adam never moves them). Without obs_norm
+    the encoder is the plain MLP, parameter for parameter and key for key.
+    """
+
+    def __init__(self, obs_dim: int, hidden_dim: int, layers: int, *, obs_norm: bool = False):
+        mods: list[nn.Module] = []
+        width = obs_dim
+        for _ in range(layers):
+            mods += [nn.Linear(width, hidden_dim), nn.ReLU()]
+            width = hidden_dim
+        super().__init__(*mods)
+        self.obs_norm = bool(obs_norm)
+        if self.obs_norm:  # the identity until set_obs_norm_
+            self.register_buffer("obs_scale", torch.ones(obs_dim))
+            self.register_buffer("obs_shift", torch.zeros(obs_dim))
+
+    @torch.no_grad()
+    def set_obs_norm_(self, mean: Sequence[float] | np.ndarray, std: Sequence[float] | np.ndarray) -> None:
+        """Standardise by these per-column statistics (ValueError naming the problem: wrong length, not finite,
+        std <= 0, or an encoder built without obs_norm)."""
+        if not self.obs_norm:
+            raise ValueError("this encoder was built without obs_norm: build it with obs_norm=True to standardise")
+        d = self.obs_scale.numel()
+        m, s = np.asarray(mean, np.float64), np.asarray(std, np.float64)
+        if m.shape != (d,) or s.shape != (d,):
+            raise ValueError(f"observation mean {m.shape} and std {s.shape} must both be ({d},), one per column")
+        if not (np.isfinite(m).all() and np.isfinite(s).all() and (s > 0).all()):
+            raise ValueError(f"observation mean and std must be finite with std > 0; got mean {m}, std {s}")
+        self.obs_scale.copy_(torch.as_tensor(1.0 / s, dtype=self.obs_scale.dtype))
+        self.obs_shift.copy_(torch.as_tensor(-m / s, dtype=self.obs_shift.dtype))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.obs_norm:
+            x = torch.addcmul(self.obs_shift, x, self.obs_scale)  # (x - mean) / std as one op
+        return super().forward(x)
+
+
+def obs_norm_problem(saved: object, obs_dim: int) -> str | None:
+    """Why a checkpoint's 'obs_norm' entry (the encoder's standardisation) cannot be loaded, or None."""
+    if not isinstance(saved, dict):
+        return f"it has no obs_norm statistics (got {type(saved).__name__}), though its learner.obs_norm is on"
+    for key in ("obs_scale", "obs_shift"):
+        v = saved.get(key)
+        if not torch.is_tensor(v) or not v.is_floating_point() or tuple(v.shape) != (obs_dim,):
+            got = tuple(v.shape) if torch.is_tensor(v) else type(v).__name__
+            return f"obs_norm.{key} must be a float tensor of ({obs_dim},), got {got}"
+        if not torch.isfinite(v).all():
+            return f"obs_norm.{key} is not finite"
+    return None
+
+
+def encoder_mlp(obs_dim: int, hidden_dim: int, layers: int, *, obs_norm: bool = False) -> Encoder:
+    """obs -> h[B, H]: `layers` Linear+ReLU layers (Encoder), standardising the observation first with obs_norm."""
+    return Encoder(obs_dim, hidden_dim, layers, obs_norm=obs_norm)
 
 
 def cosine_frequencies(like: torch.Tensor) -> torch.Tensor:
@@ -117,12 +170,13 @@ class MainNet(nn.Module):
         *,
         c51_scalar_v: bool = False,
         iqn_dueling: str = "off",
+        obs_norm: bool = False,
     ):
         super().__init__()
         if iqn_dueling not in ("off", "composed", "dual"):
             raise ValueError(f"iqn_dueling={iqn_dueling!r} must be 'off', 'composed' or 'dual'")
         self.n_actions, self.n_atoms, self.iqn_dueling = n_actions, n_atoms, iqn_dueling
-        self.encoder = encoder_mlp(obs_dim, hidden_dim, encoder_layers)
+        self.encoder = encoder_mlp(obs_dim, hidden_dim, encoder_layers, obs_norm=obs_norm)
         self.c51 = nn.Linear(hidden_dim, n_actions * n_atoms)
         self.iqn = IQNHead(hidden_dim, n_actions)
         self.pi = nn.Linear(hidden_dim, n_actions)
@@ -203,19 +257,20 @@ def main_net(cfg: LearnerConfig, obs_dim: int, n_actions: int) -> MainNet:
         cfg.n_atoms,
         c51_scalar_v=cfg.c51_scalar_v,
         iqn_dueling=cfg.iqn_dueling,
+        obs_norm=cfg.obs_norm != "off",
     )
 
 
-NET_FIELDS: tuple[str, ...] = ("hidden_dim", "encoder_layers", "n_atoms", "c51_scalar_v", "iqn_dueling")
+NET_FIELDS: tuple[str, ...] = ("hidden_dim", "encoder_layers", "n_atoms", "c51_scalar_v", "iqn_dueling", "obs_norm")
 """The LearnerConfig fields main_net reads: a checkpoint's network is rebuilt exactly when these agree."""
 
 
 class PolicyNet(nn.Module):
     """What a rollout actor needs: encoder + policy head, loadable from Learner.policy_weights()["state"]."""
 
-    def __init__(self, obs_dim: int, n_actions: int, hidden_dim: int, encoder_layers: int):
+    def __init__(self, obs_dim: int, n_actions: int, hidden_dim: int, encoder_layers: int, *, obs_norm: bool = False):
         super().__init__()
-        self.encoder = encoder_mlp(obs_dim, hidden_dim, encoder_layers)
+        self.encoder = encoder_mlp(obs_dim, hidden_dim, encoder_layers, obs_norm=obs_norm)
         self.pi = nn.Linear(hidden_dim, n_actions)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
@@ -314,6 +369,11 @@ def policy_from_weights(weights: dict) -> PolicyNet:
     missing = [k for k in ("obs_dim", "n_actions", "hidden_dim", "encoder_layers", "state") if k not in weights]
     if missing:
         raise ValueError(f"policy weights lack {missing}; pass what Learner.policy_weights() returns")
-    net = PolicyNet(weights["obs_dim"], weights["n_actions"], weights["hidden_dim"], weights["encoder_layers"])
+    # The standardisation travels as the encoder's buffers in the state (LearnerConfig.obs_norm): the state says
+    # whether the policy has it.
+    obs_norm = "encoder.obs_scale" in weights["state"]
+    net = PolicyNet(
+        weights["obs_dim"], weights["n_actions"], weights["hidden_dim"], weights["encoder_layers"], obs_norm=obs_norm
+    )
     net.load_state_dict(weights["state"])
     return net
