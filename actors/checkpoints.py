@@ -134,10 +134,11 @@ def load_problem(state: dict, cfg: LearnerConfig, obs_dim: int, n_actions: int) 
     import torch
 
     from learner.learner import Learner
+    from learner.network import identity_obs_stats
 
     # With learner.obs_norm on, the learner is built with the identity standardisation: the checkpoint's own
     # statistics replace it in the load (and a checkpoint without them does not load).
-    norm = {"obs_mean": [0.0] * obs_dim, "obs_std": [1.0] * obs_dim} if cfg.obs_norm != "off" else {}
+    norm = identity_obs_stats(obs_dim) if cfg.obs_norm != "off" else {}
     try:
         with torch.random.fork_rng(devices=[]):
             Learner(cfg, obs_dim=obs_dim, n_actions=n_actions, **norm).load_state_dict(state["learner"])

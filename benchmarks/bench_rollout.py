@@ -23,6 +23,7 @@ from actors.config import RolloutConfig
 from actors.rollout import RolloutWorker
 from foxhunt_ray.presets import preset
 from learner.learner import Learner
+from learner.network import identity_obs_stats
 from lobsim_env import MarketConfig
 
 
@@ -37,7 +38,10 @@ def best_of(fn, repeats: int) -> float:
 
 def run(name: str, B: int, T: int, repeats: int, use_ray: bool) -> dict:
     worker = RolloutWorker(RolloutConfig(num_envs=B), MarketConfig(), worker_index=0, seed=0)
-    learner = Learner(preset(name), obs_dim=worker.obs_dim, n_actions=worker.n_actions)
+    # the rollout's speed, not learning: a standardisation that changes nothing costs the policy what the real one does
+    learner = Learner(
+        preset(name), obs_dim=worker.obs_dim, n_actions=worker.n_actions, **identity_obs_stats(worker.obs_dim)
+    )
     worker.set_weights(learner.policy_weights())
     worker.sample(T)  # warm-up
     sample_s = best_of(lambda: worker.sample(T), repeats)

@@ -52,6 +52,7 @@ from foxhunt_ray.local import GPU_HOST_FREE_CORES  # noqa: E402
 from foxhunt_ray.presets import run_preset  # noqa: E402
 from foxhunt_ray.run_folder import read_config_doc  # noqa: E402
 from learner.learner import Learner  # noqa: E402
+from learner.network import identity_obs_stats  # noqa: E402
 from lobsim_env import N_ACTIONS  # noqa: E402
 from lobsim_env.market import obs_size  # noqa: E402
 
@@ -231,7 +232,8 @@ def transport(preset: str, repeats: int) -> dict:
             return t1 - t0, self.timings()["encode_s"], ray.put(payload)
 
     cfg = run_preset(preset)
-    weights = Learner(cfg.learner, obs_dim=obs_size(cfg.market), n_actions=int(N_ACTIONS)).policy_weights()
+    d = obs_size(cfg.market)  # timed, not trained: a standardisation that changes nothing costs what the real one does
+    weights = Learner(cfg.learner, obs_dim=d, n_actions=int(N_ACTIONS), **identity_obs_stats(d)).policy_weights()
     worker = TimedWorker.remote(cfg.rollout, cfg.market, worker_index=0, seed=0, weights=weights)
     sink = Sink.remote()
     rows, encoded = [], 0.0

@@ -211,6 +211,7 @@ def run_update(device: str, json_path: str | None, preset_name: str, reps: int) 
 
     from foxhunt_ray.presets import preset
     from learner.learner import Learner
+    from learner.network import identity_obs_stats
     from learner.replay import BATCH_DTYPES, rollout_from_batch
 
     obs_dim, n_actions = market_shapes(preset_name)
@@ -225,7 +226,9 @@ def run_update(device: str, json_path: str | None, preset_name: str, reps: int) 
                 cfg = dataclasses.replace(
                     preset(preset_name), q_batch_size=1024, replay_min_size=1024, matmul_precision=precision
                 )
-                lrn = Learner(cfg, obs_dim=obs_dim, n_actions=n_actions, device=device, seed=0)
+                lrn = Learner(
+                    cfg, obs_dim=obs_dim, n_actions=n_actions, device=device, seed=0, **identity_obs_stats(obs_dim)
+                )
                 for i in range(6):
                     lrn.update(batches[i % 4])
                 st = lrn.graph.shapes[(T, B)]
@@ -323,6 +326,7 @@ def run_kernel_profile(device: str, json_path: str | None, preset_name: str, rep
 
     from foxhunt_ray.presets import preset
     from learner.learner import Learner
+    from learner.network import identity_obs_stats
 
     if device != "cuda":
         raise SystemExit("gpu_check.py kernels profiles the captured CUDA graph: run it on a CUDA device")
@@ -333,7 +337,9 @@ def run_kernel_profile(device: str, json_path: str | None, preset_name: str, rep
         for backend in ("cuda", "reference"):
             ops.set_backend(backend)
             cfg = dataclasses.replace(preset(preset_name), q_batch_size=1024, replay_min_size=1024)
-            lrn = Learner(cfg, obs_dim=obs_dim, n_actions=n_actions, device=device, seed=0)
+            lrn = Learner(
+                cfg, obs_dim=obs_dim, n_actions=n_actions, device=device, seed=0, **identity_obs_stats(obs_dim)
+            )
             for i in range(6):
                 lrn.update(batches[i % 4])
             st = lrn.graph.shapes[(T, B)]
@@ -437,6 +443,7 @@ def run_regions(device: str, json_path: str | None, preset_name: str, T: int, B:
 
     from foxhunt_ray.presets import preset
     from learner.learner import Learner
+    from learner.network import identity_obs_stats
 
     obs_dim, n_actions = market_shapes(preset_name)
     batches = [torch_rollout(T, B, obs_dim, n_actions, seed=s) for s in range(4)]
@@ -448,7 +455,7 @@ def run_regions(device: str, json_path: str | None, preset_name: str, T: int, B:
     for backend in ("cuda", "reference") if device == "cuda" else ("reference",):
         ops.set_backend(backend)
         cfg = dataclasses.replace(preset(preset_name), q_batch_size=1024, replay_min_size=1024, cuda_graph=False)
-        lrn = Learner(cfg, obs_dim=obs_dim, n_actions=n_actions, device=device, seed=0)
+        lrn = Learner(cfg, obs_dim=obs_dim, n_actions=n_actions, device=device, seed=0, **identity_obs_stats(obs_dim))
         spans: list[tuple[str, float, float]] = []
         mark_regions(lrn)
         for i in range(6):
@@ -517,6 +524,7 @@ def run_census(json_path: str | None, preset_name: str, T: int, B: int) -> dict:
     from foxhunt_ray.presets import preset
     from learner import graph as G
     from learner.learner import Learner
+    from learner.network import identity_obs_stats
 
     obs_dim, n_actions = market_shapes(preset_name)
     batches = [torch_rollout(T, B, obs_dim, n_actions, seed=s) for s in range(3)]
@@ -524,7 +532,7 @@ def run_census(json_path: str | None, preset_name: str, T: int, B: int) -> dict:
     ops._use_kernels = lambda t: True  # the custom ops' CPU registrations stand in for their kernels
     try:
         cfg = dataclasses.replace(preset(preset_name), q_batch_size=1024, replay_min_size=1024, cuda_graph=False)
-        lrn = Learner(cfg, obs_dim=obs_dim, n_actions=n_actions, device="cpu", seed=0)
+        lrn = Learner(cfg, obs_dim=obs_dim, n_actions=n_actions, device="cpu", seed=0, **identity_obs_stats(obs_dim))
         lrn.device_guard = True
         lrn.graph = G.GraphUpdate(lrn, capture=False)
         mark_regions(lrn)
@@ -575,6 +583,7 @@ def run_learner(device: str, json_path: str | None, preset_name: str, T: int, B:
 
     from foxhunt_ray.presets import preset
     from learner.learner import Learner
+    from learner.network import identity_obs_stats
 
     obs_dim, n_actions = market_shapes(preset_name)
     cfg = dataclasses.replace(preset(preset_name), q_batch_size=1024, replay_min_size=1024)
@@ -608,7 +617,9 @@ def run_learner(device: str, json_path: str | None, preset_name: str, T: int, B:
     for mode in modes:
         ops.set_backend("cuda" if mode.startswith("cuda") else "reference")
         mode_cfg = dataclasses.replace(cfg, cuda_graph=mode.endswith("graph"))
-        learner = Learner(mode_cfg, obs_dim=obs_dim, n_actions=n_actions, device=device, seed=0)
+        learner = Learner(
+            mode_cfg, obs_dim=obs_dim, n_actions=n_actions, device=device, seed=0, **identity_obs_stats(obs_dim)
+        )
         update = learner.update
         entry: dict = {"backend": ops.backend()}
         restore: dict = {}

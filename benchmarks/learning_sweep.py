@@ -32,12 +32,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from actors.envs import probe_env
 from actors.learner_worker import LearnerWorker
 from actors.rollout import RolloutWorker
 from foxhunt_ray.config import apply_overrides
 from foxhunt_ray.presets import run_preset
 from learner.network import policy_from_weights
-from lobsim_env import N_ACTIONS, obs_size
 from lobsim_env.baselines import run_episodes
 from lobsim_env.seeds import heldout_seed
 
@@ -49,12 +49,15 @@ def main(spec: dict) -> None:
     )
     cfg = apply_overrides(base, spec.get("sets", [])).validate()
     device = "cuda" if torch.cuda.is_available() else "cpu"
+    spaces = probe_env(cfg.env_id, market=cfg.market)  # what the driver sizes its learner by, statistics included
     learner = LearnerWorker(
         cfg.learner,
-        obs_dim=obs_size(cfg.market),
-        n_actions=N_ACTIONS,
+        obs_dim=spaces.obs_dim,
+        n_actions=spaces.n_actions,
         seed=cfg.seed,
         device=device,
+        obs_mean=spaces.obs_mean,
+        obs_std=spaces.obs_std,
     )
     worker = RolloutWorker(cfg.rollout, cfg.market, worker_index=0, seed=cfg.seed, weights=learner.policy_weights())
     start, qpa_ema = time.time(), None

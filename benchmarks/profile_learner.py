@@ -34,6 +34,7 @@ from actors.learner_worker import LearnerWorker  # noqa: E402
 from actors.rollout import RolloutWorker  # noqa: E402
 from foxhunt_ray.config import apply_overrides  # noqa: E402
 from foxhunt_ray.presets import run_preset  # noqa: E402
+from learner.network import identity_obs_stats  # noqa: E402
 
 
 def _delta(after: dict, before: dict) -> dict:
@@ -87,7 +88,8 @@ def main() -> None:
     cfg = apply_overrides(run_preset(args.preset, sizing=args.sizing), args.set).validate()
     t0 = time.perf_counter()
     roll = RolloutWorker(cfg.rollout, cfg.market, worker_index=0, seed=0)
-    worker = LearnerWorker(cfg.learner, obs_dim=roll.obs_dim, n_actions=roll.n_actions, device=device)
+    stats = identity_obs_stats(roll.obs_dim)  # timed, not trained
+    worker = LearnerWorker(cfg.learner, obs_dim=roll.obs_dim, n_actions=roll.n_actions, device=device, **stats)
     roll.set_weights(worker.policy_weights())
     payloads = [roll.sample() for _ in range(args.samples)]
     print(f"{args.samples} payloads of {cfg.rollout.num_envs} books x {cfg.rollout.steps_per_sample} steps "

@@ -40,6 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     from foxhunt_ray.loops import LEARNER_NAME
     from learner.config import LearnerConfig
     from learner.learner import Learner
+    from learner.network import identity_obs_stats
 
     rng = random.Random(args.seed)
     total = args.learner_kills + args.worker_kills
@@ -76,7 +77,12 @@ def main(argv: list[str] | None = None) -> int:
     summary = json.loads((run_dir / "summary.json").read_text())
     step, path = list_checkpoints(run_dir)[-1]
     sd = read_checkpoint(path)["learner"]
-    learner = Learner(LearnerConfig(**sd["config"]), obs_dim=sd["obs_dim"], n_actions=sd["n_actions"])
+    learner = Learner(  # the checkpoint's own observation statistics replace these in the load
+        LearnerConfig(**sd["config"]),
+        obs_dim=sd["obs_dim"],
+        n_actions=sd["n_actions"],
+        **identity_obs_stats(sd["obs_dim"]),
+    )
     learner.load_state_dict(sd)
     loads = learner.step == step == args.steps
     report = {

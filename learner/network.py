@@ -85,6 +85,12 @@ def obs_norm_problem(saved: object, obs_dim: int) -> str | None:
     return None
 
 
+def identity_obs_stats(obs_dim: int) -> dict[str, list[float]]:
+    """Learner's obs_mean / obs_std keywords for a standardisation that changes nothing (mean 0, std 1): for a
+    learner whose statistics a checkpoint will replace, or one timed rather than trained."""
+    return {"obs_mean": [0.0] * obs_dim, "obs_std": [1.0] * obs_dim}
+
+
 def encoder_mlp(obs_dim: int, hidden_dim: int, layers: int, *, obs_norm: bool = False) -> Encoder:
     """obs -> h[B, H]: `layers` Linear+ReLU layers (Encoder), standardising the observation first with obs_norm."""
     return Encoder(obs_dim, hidden_dim, layers, obs_norm=obs_norm)

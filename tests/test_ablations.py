@@ -22,7 +22,7 @@ from learner import graph as G
 from learner import losses as L
 from learner import ops
 from learner.learner import BASELINE_ALPHA, V_IQN_MEAN, Learner, _at_action
-from learner.network import HEAD_GROUPS, MainNet, policy_from_weights, quantile_midpoints
+from learner.network import HEAD_GROUPS, MainNet, identity_obs_stats, policy_from_weights, quantile_midpoints
 from tests.learner_batches import OBS, N, random_rollout
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -85,7 +85,7 @@ def test_every_switch_at_its_default_is_plan_a_v2():
     and training bit-identical to a learner whose (unused) blend steps are moved."""
     cfg = dataclasses.replace(preset("plan_a_v2"), **SMOKE_SIZES)
     assert (cfg.c51_scalar_v, cfg.iqn_dueling, cfg.iqn_baseline) == (False, "off", "off")
-    lrn = Learner(cfg, obs_dim=OBS, n_actions=N, seed=3)
+    lrn = Learner(cfg, obs_dim=OBS, n_actions=N, seed=3, **identity_obs_stats(OBS))
     net = lrn.net
     assert net.groups == HEAD_GROUPS and net.c51_v is None and net.iqn_v is None
     assert list(dict.fromkeys(k.split(".")[0] for k in net.state_dict())) == list(HEAD_GROUPS)
@@ -100,7 +100,13 @@ def test_every_switch_at_its_default_is_plan_a_v2():
         want = ops.ensemble_q(net.c51(h).view(9, N, cfg.n_atoms), lrn.support, net.iqn(h, cfg.iqn_taus), cfg.ensemble_w)
         assert torch.equal(net.q_ens(h, lrn.support, cfg.ensemble_w, cfg.iqn_taus), want)
         torch.testing.assert_close(net.iqn(h, cfg.iqn_taus)[:, 0], net.iqn(h, mid).mean(1), rtol=1e-5, atol=1e-6)
-    moved = Learner(dataclasses.replace(cfg, alpha_start_step=1, alpha_end_step=2), obs_dim=OBS, n_actions=N, seed=3)
+    moved = Learner(
+        dataclasses.replace(cfg, alpha_start_step=1, alpha_end_step=2),
+        obs_dim=OBS,
+        n_actions=N,
+        seed=3,
+        **identity_obs_stats(OBS),
+    )
     for batch in _batches(0, 5):
         assert lrn.update(batch) == moved.update(batch)
     assert torch.equal(lrn.main.flat, moved.main.flat) and torch.equal(lrn.main.target_flat, moved.main.target_flat)

@@ -43,6 +43,12 @@ QPA_ABS = 1e-2
 most 1.9e-4."""
 
 
+def _obs_stats(obs_dim: int) -> dict[str, np.ndarray]:
+    """Observation statistics for the learners of the presets' `learn` settings (learner.obs_norm 'probe'): not the
+    identity, so that the standardisation's op runs on real numbers in the captured graph and in eager."""
+    return {"obs_mean": np.linspace(-0.5, 0.5, obs_dim), "obs_std": np.linspace(0.5, 2.0, obs_dim)}
+
+
 def _batches(n: int) -> list[dict]:
     rng = np.random.default_rng(7)
     return [random_rollout(rng, T_LEN, B, v, end_p=0.02, obs_dim=OBS, n_actions=N_ACTIONS) for v in range(n)]
@@ -50,7 +56,7 @@ def _batches(n: int) -> list[dict]:
 
 def _learner(precision: str) -> Learner:
     cfg = dataclasses.replace(preset("phase4_3"), matmul_precision=precision, replay_min_size=T_LEN * B // 2)
-    return Learner(cfg, obs_dim=OBS, n_actions=N_ACTIONS, device="cuda", seed=0)
+    return Learner(cfg, obs_dim=OBS, n_actions=N_ACTIONS, device="cuda", seed=0, **_obs_stats(OBS))
 
 
 def _rel(a: float, b: float) -> float:
@@ -124,7 +130,12 @@ def test_the_captured_graph_learns_what_the_eager_cuda_learner_learns(name):
     faults = FaultInjection(inject_nan_at=inject)
     graph, eager = (
         Learner(
-            dataclasses.replace(base, cuda_graph=g), obs_dim=obs_dim, n_actions=n_actions, device="cuda", faults=faults
+            dataclasses.replace(base, cuda_graph=g),
+            obs_dim=obs_dim,
+            n_actions=n_actions,
+            device="cuda",
+            faults=faults,
+            **_obs_stats(obs_dim),
         )
         for g in (True, False)
     )
@@ -165,7 +176,14 @@ def test_the_guard_as_one_op_learns_what_the_guard_as_torch_ops_learns(preset_na
     obs_dim, n_actions = 64, 9
     cfg = dataclasses.replace(preset(preset_name), q_batch_size=1024, replay_min_size=1024, cuda_graph=False)
     fused, composed = (
-        Learner(cfg, obs_dim=obs_dim, n_actions=n_actions, device="cuda", faults=FaultInjection(inject_nan_at=4))
+        Learner(
+            cfg,
+            obs_dim=obs_dim,
+            n_actions=n_actions,
+            device="cuda",
+            faults=FaultInjection(inject_nan_at=4),
+            **_obs_stats(obs_dim),
+        )
         for _ in range(2)
     )
     fused.fused_guard, composed.fused_guard = True, False
@@ -191,7 +209,8 @@ def test_minibatch_steps_in_one_call_match_one_update_per_minibatch():
     float32 rounding. Measured on the H200: parameters 4.1e-6, diag 1.9e-5 (BENCHMARKS.md)."""
     m, t_len, b, payloads = 128, 16, 512, 4
     cfg = dataclasses.replace(preset("phase4_3"), minibatch_envs=m, replay_min_size=1024)
-    split, one_by_one = (Learner(cfg, obs_dim=32, n_actions=7, device="cuda", seed=0) for _ in range(2))
+    stats = _obs_stats(32)
+    split, one_by_one = (Learner(cfg, obs_dim=32, n_actions=7, device="cuda", seed=0, **stats) for _ in range(2))
     worst = 0.0
     for i in range(payloads):
         batch = torch_rollout(t_len, b, 32, 7, seed=i, autoreset=True)
@@ -221,7 +240,10 @@ def test_the_learner_workers_pipelined_calls_return_what_waiting_calls_do():
     cfg = dataclasses.replace(preset("phase4_3"), minibatch_envs=64, replay_min_size=512)
     roll = RolloutWorker(RolloutConfig(num_envs=256, steps_per_sample=8), MarketConfig(horizon=50), worker_index=0,
                          seed=0)
-    twins = [LearnerWorker(cfg, obs_dim=roll.obs_dim, n_actions=roll.n_actions, device="cuda") for _ in range(2)]
+    stats = _obs_stats(roll.obs_dim)
+    twins = [
+        LearnerWorker(cfg, obs_dim=roll.obs_dim, n_actions=roll.n_actions, device="cuda", **stats) for _ in range(2)
+    ]
     roll.set_weights(twins[0].policy_weights())
     payloads = [roll.sample() for _ in range(5)]
     roll.stop()

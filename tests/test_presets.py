@@ -75,6 +75,7 @@ def test_learn_settings_are_every_presets_default():
         assert (cfg.settings, cfg.sizing) == ("learn", "gpu")
         assert (cfg.learner.lr, cfg.learner.dueling_lr) == (3e-3, 3e-3)
         assert cfg.learner.reward_scale == pytest.approx(0.032)
+        assert cfg.learner.obs_norm == "probe"  # the observation standardised by its probed statistics
         assert cfg.learner.hidden_dim == 512  # the production width (issue 12 trains it on a GPU)
 
 
