@@ -822,8 +822,9 @@ class Learner:
                 f"obs_dim/n_actions {sd['obs_dim']}/{sd['n_actions']} vs {self.obs_dim}/{self.n_actions}; "
                 "build the Learner from the checkpoint's own config (its 'config' entry)"
             )
-        if self.cfg.obs_norm != "off":
-            self._load_obs_norm(sd.get("obs_norm"))
+        norm = sd.get("obs_norm") if self.cfg.obs_norm != "off" else None
+        if self.cfg.obs_norm != "off" and (why := obs_norm_problem(norm, self.obs_dim)) is not None:
+            raise ValueError(f"checkpoint obs_norm: {why}; the checkpoint is damaged or from another learner")
         self.main.load_state_dict(sd["main"], "main")
         if self.dueling is not None:
             self.dueling.load_state_dict(sd["dueling"], "dueling")
@@ -831,16 +832,15 @@ class Learner:
         self.replay.load_state_dict(sd["replay"])
         self.queue.load_state_dict(sd["queue"], self.device)
         self.step, self.nan_abort_step = int(sd["step"]), int(sd["nan_abort_step"])
+        if norm is not None:  # checked above, before anything was loaded
+            self._load_obs_norm(norm)
         if self.graph is not None:  # Adam state tensors were replaced: the captured addresses are stale
             self.graph.reset()
 
     @torch.no_grad()
-    def _load_obs_norm(self, saved: object) -> None:
+    def _load_obs_norm(self, saved: dict) -> None:
         """The checkpoint's standardisation replaces the probed one (the network was trained with it); written in
         place, into the online and the target encoder alike."""
-        why = obs_norm_problem(saved, self.obs_dim)
-        if why is not None:
-            raise ValueError(f"checkpoint obs_norm: {why}; the checkpoint is damaged or from another learner")
         for enc in (self.net.encoder, self.main.target.encoder):
             for key in ("obs_scale", "obs_shift"):
                 getattr(enc, key).copy_(saved[key])
