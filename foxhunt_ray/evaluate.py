@@ -218,9 +218,7 @@ def networks_from_flat(
     if cfg.obs_norm != "off":
         if (why := obs_norm_problem(obs_norm, obs_dim)) is not None:
             raise ValueError(why)
-        with torch.no_grad():
-            net.encoder.obs_scale.copy_(obs_norm["obs_scale"])
-            net.encoder.obs_shift.copy_(obs_norm["obs_shift"])
+        net.encoder.load_obs_norm_(obs_norm)
     flat, _ = flatten_parameters_(net)
     if tuple(saved.shape) != tuple(flat.shape):
         raise ValueError(

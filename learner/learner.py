@@ -832,18 +832,11 @@ class Learner:
         self.replay.load_state_dict(sd["replay"])
         self.queue.load_state_dict(sd["queue"], self.device)
         self.step, self.nan_abort_step = int(sd["step"]), int(sd["nan_abort_step"])
-        if norm is not None:  # checked above, before anything was loaded
-            self._load_obs_norm(norm)
+        if norm is not None:  # checked above, before anything was loaded; the network was trained with it
+            for enc in (self.net.encoder, self.main.target.encoder):
+                enc.load_obs_norm_(norm)
         if self.graph is not None:  # Adam state tensors were replaced: the captured addresses are stale
             self.graph.reset()
-
-    @torch.no_grad()
-    def _load_obs_norm(self, saved: dict) -> None:
-        """The checkpoint's standardisation replaces the probed one (the network was trained with it); written in
-        place, into the online and the target encoder alike."""
-        for enc in (self.net.encoder, self.main.target.encoder):
-            for key in ("obs_scale", "obs_shift"):
-                getattr(enc, key).copy_(saved[key])
 
 
 def _atoms_at(logits: torch.Tensor, action: torch.Tensor) -> torch.Tensor:

@@ -65,6 +65,13 @@ class Encoder(nn.Sequential):
         self.obs_scale.copy_(torch.as_tensor(1.0 / s, dtype=self.obs_scale.dtype))
         self.obs_shift.copy_(torch.as_tensor(-m / s, dtype=self.obs_shift.dtype))
 
+    @torch.no_grad()
+    def load_obs_norm_(self, saved: dict) -> None:
+        """Standardise as a checkpoint's 'obs_norm' entry says (its obs_scale and obs_shift, checked beforehand by
+        obs_norm_problem), written in place: a captured CUDA graph keeps reading the same buffers."""
+        self.obs_scale.copy_(saved["obs_scale"])
+        self.obs_shift.copy_(saved["obs_shift"])
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.obs_norm:
             x = torch.addcmul(self.obs_shift, x, self.obs_scale)  # (x - mean) / std as one op
