@@ -46,7 +46,7 @@ from foxhunt_ray.evaluations import (
 from foxhunt_ray.plan import DriverConfig
 from foxhunt_ray.run_folder import RunFolderError, read_config, resolve_run_dir
 from foxhunt_ray.storage import StorageError, fetch_to_temp, is_uri
-from learner.config import LearnerConfig
+from learner.config import CONFIG_DEFAULTS, LearnerConfig
 from learner.network import (
     NET_FIELDS,
     MainNet,
@@ -83,7 +83,6 @@ METRIC_KEYS = (
 """Keys every policy's entry in an evaluation record has (the report command reads them)."""
 """Learner config fields that size the network the checkpoint's parameters fill."""
 _Q_FIELDS = ("v_min", "v_max", "ensemble_w", "iqn_taus")
-_LEARNER_DEFAULTS = {f.name: f.default for f in dataclasses.fields(LearnerConfig)}
 """... and those q_ens reads (the C51 support, the ensemble weight, the IQN quantile midpoints)."""
 _MAX_SEED = 2**62
 
@@ -171,7 +170,7 @@ def load_agent(
     # Only the fields acting reads: a checkpoint of older code lacks later training-only fields, and that is fine.
     needed = NET_FIELDS + (_Q_FIELDS if head == "q" else ())
     # a field added since the checkpoint was written is absent from its config: it ran with the default
-    mine, theirs = dataclasses.asdict(cfg), {**_LEARNER_DEFAULTS, **learner.get("config", {})}
+    mine, theirs = dataclasses.asdict(cfg), {**CONFIG_DEFAULTS, **learner.get("config", {})}
     diff = [k for k in needed if mine[k] != theirs.get(k)]
     if diff:
         shown = ", ".join(f"{k}={theirs.get(k)!r} (config.json: {mine[k]!r})" for k in diff)

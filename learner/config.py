@@ -10,7 +10,7 @@ together.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Annotated, Literal
 
 from lobsim_env.validation import Bool, ConfigError, Int, Number, OneOf, field_errors
@@ -215,5 +215,8 @@ class FaultInjection:
 
 
 NO_FAULTS = FaultInjection()
+CONFIG_DEFAULTS: dict = {f.name: f.default for f in fields(LearnerConfig)}
+"""Every LearnerConfig field's default: what a checkpoint written before a field existed ran with (every new field
+defaults to what the code did before it)."""
 RETIRED_FIELDS = frozenset({"inject_nan_at", "flip_distill_sign"})
 """LearnerConfig fields that moved to FaultInjection: a checkpoint or config.json of older code may hold them."""
