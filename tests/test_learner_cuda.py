@@ -254,9 +254,12 @@ def test_the_learner_workers_pipelined_calls_return_what_waiting_calls_do():
     assert [d["step"] for d in piped] == list(range(1, 9))  # 3 payloads of 4 steps, the newest still out
     piped += twins[1].train(payloads[3:], wait=False) + twins[1].drain()
     assert [d["step"] for d in piped] == [d["step"] for d in waited] == list(range(1, 21))
+    # call_payloads is the size of the call a step's payload came in, not a figure of the update: calls of 1, 2, 2
+    assert [d["call_payloads"] for d in waited] == [1] * 20
+    assert [d["call_payloads"] for d in piped] == [1] * 4 + [2] * 8 + [2] * 8
     for x, y in zip(piped, waited, strict=True):
         assert x.keys() == y.keys()
-        bad = {k: (x[k], y[k]) for k in y if abs(x[k] - y[k]) > 1e-4 * max(1.0, abs(y[k]))}
+        bad = {k: (x[k], y[k]) for k in y if k != "call_payloads" and abs(x[k] - y[k]) > 1e-4 * max(1.0, abs(y[k]))}
         assert not bad, (y["step"], bad)
     a, b = (w.learner.main.flat for w in twins)
     assert ((a - b).norm() / b.norm()).item() < 1e-4
