@@ -63,7 +63,7 @@ SIZINGS: dict[str, dict[str, dict[str, Any]]] = {
     # 3.4M env steps/s against 2.8M, but a sample took twice as long: policy lag median 155 / max 351 updates
     # against 93 / 175, distillation-loss spikes on the stalest payloads, and runs that ended in one scored 0.24
     # and 0.56 of the oracle; 2,048 scored 0.78-0.83 on 3 seeds (BENCHMARKS.md, "Minutes to the oracle on a GPU
-    # host", session 18)
+    # host", session 18), and 0.72-0.90 on 7 (mean 0.853) once the observation was standardised (session 21)
     "gpu_host": {
         "learner": {
             "hidden_dim": 512,
