@@ -43,7 +43,9 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from actors.config import RolloutConfig  # noqa: E402
 from actors.envs import probe_env  # noqa: E402
+from actors.rollout import RolloutWorker  # noqa: E402
 from foxhunt_ray.config import market_reward_scale  # noqa: E402
 from foxhunt_ray.presets import run_preset  # noqa: E402
 from lobsim_env import ENV_ID, LobVectorEnv, MarketConfig  # noqa: E402
@@ -51,14 +53,14 @@ from lobsim_env.baselines import POLICIES, run_episodes  # noqa: E402
 from lobsim_env.seeds import heldout_seed  # noqa: E402
 
 PRESET = "phase4_3"
-STAGGER_STREAM = 0x5EED_B1B
-"""Mixed into the generator of the books' first steps (as the rollout worker's stagger_episodes)."""
 
 
 class RllibLobEnv(LobVectorEnv):
     """LobVectorEnv as foxhunt's learner sees it: observations standardised, (x - mean) / std, as float32 in an
-    unbounded Box; rewards times reward_scale; the first reset opens book i at a step drawn from [0, horizon) (the
-    rollout worker's stagger_episodes), later ones at 0. `info` carries the market's own USD figures unchanged."""
+    unbounded Box; rewards times reward_scale; the first reset opens the books at steps drawn as a rollout worker
+    draws its own (RolloutWorker._first_steps, stagger_episodes; stagger_seed as its seed, the reset's seed as its
+    index; stagger_seed None: at 0), later ones at 0.
+    `info` carries the market's own USD figures unchanged."""
 
     def __init__(
         self,
@@ -70,12 +72,12 @@ class RllibLobEnv(LobVectorEnv):
         stagger_seed: int | None = 0,
     ):
         super().__init__(num_envs, config)
-        self.obs_mean = np.asarray(obs_mean, np.float32)
-        self.obs_scale = (1.0 / np.asarray(obs_std, np.float64)).astype(np.float32)
-        if self.obs_mean.shape != self.single_observation_space.shape or self.obs_scale.shape != self.obs_mean.shape:
+        self.standardise = standardiser(obs_mean, obs_std)
+        shapes = np.shape(obs_mean), np.shape(obs_std)
+        if shapes != (self.single_observation_space.shape,) * 2:
             raise ValueError(
-                f"obs_mean / obs_std have shapes {self.obs_mean.shape} / {self.obs_scale.shape}; the market "
-                f"observes {self.single_observation_space.shape}: probe the same MarketConfig"
+                f"obs_mean / obs_std have shapes {shapes[0]} / {shapes[1]}; the market observes "
+                f"{self.single_observation_space.shape}: probe the same MarketConfig"
             )
         self.reward_scale = float(reward_scale)
         self.stagger_seed = stagger_seed
@@ -84,13 +86,13 @@ class RllibLobEnv(LobVectorEnv):
         self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, num_envs)
         self._staggered = stagger_seed is None
 
-    def standardise(self, obs: np.ndarray) -> np.ndarray:
-        return ((np.asarray(obs, np.float32) - self.obs_mean) * self.obs_scale).astype(np.float32)
-
     def reset(self, *, seed: Any = None, options: dict | None = None):
         if not self._staggered and options is None:
-            rng = np.random.default_rng([int(self.stagger_seed), 0 if seed is None else int(seed), STAGGER_STREAM])
-            options = {"first_steps": rng.integers(0, self.config.horizon, self.num_envs, dtype=np.int64)}
+            rollout = RolloutConfig(num_envs=self.num_envs)
+            first = RolloutWorker._first_steps(
+                rollout, self.config, int(self.stagger_seed), 0 if seed is None else seed
+            )
+            options = {"first_steps": first}
         self._staggered = True
         obs, info = super().reset(seed=seed, options=options)
         return self.standardise(obs), info
@@ -114,12 +116,18 @@ def market_and_stats(sizing: str) -> tuple[MarketConfig, np.ndarray, np.ndarray,
     )
 
 
+def standardiser(mean: np.ndarray, std: np.ndarray):
+    """obs -> (obs - mean) / std as float32, the encoder's learner.obs_norm (one multiply by 1 / std)."""
+    mean32, scale32 = np.asarray(mean, np.float32), (1.0 / np.asarray(std, np.float64)).astype(np.float32)
+    return lambda obs: ((np.asarray(obs, np.float32) - mean32) * scale32).astype(np.float32)
+
+
 def greedy_policy(logits_of, mean: np.ndarray, std: np.ndarray):
     """A lobsim_env.baselines Policy that acts on argmax logits_of(standardised obs as a float32 tensor)."""
-    mean32, scale32 = np.asarray(mean, np.float32), (1.0 / np.asarray(std, np.float64)).astype(np.float32)
+    standardise = standardiser(mean, std)
 
     def policy(obs: np.ndarray, env: LobVectorEnv, rng: np.random.Generator) -> np.ndarray:
-        x = torch.from_numpy(((np.asarray(obs, np.float32) - mean32) * scale32).astype(np.float32))
+        x = torch.from_numpy(standardise(obs))
         with torch.no_grad():
             return logits_of(x).argmax(-1).cpu().numpy().astype(np.int64)
 

@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 import torch
 
+from actors.config import RolloutConfig
+from actors.rollout import RolloutWorker
 from foxhunt_ray.presets import run_preset
 from lobsim_env import LobVectorEnv
 from lobsim_env.baselines import POLICIES
@@ -31,7 +33,7 @@ def test_the_env_is_the_market_standardised_scaled_and_staggered():
     env = br.RllibLobEnv(8, MARKET, MEAN, STD, 0.25, stagger_seed=3)
     raw = LobVectorEnv(8, MARKET)
     obs, _ = env.reset(seed=5)
-    first = np.random.default_rng([3, 5, br.STAGGER_STREAM]).integers(0, MARKET.horizon, 8, dtype=np.int64)
+    first = RolloutWorker._first_steps(RolloutConfig(num_envs=8), MARKET, 3, 5)  # a rollout worker's books
     assert first.any()  # the books do not all open at step 0
     raw_obs, _ = raw.reset(seed=5, options={"first_steps": first})
     assert obs.dtype == np.float32 and env.single_observation_space.shape == (DIM,)
