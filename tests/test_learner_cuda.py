@@ -231,7 +231,8 @@ def test_the_learner_workers_pipelined_calls_return_what_waiting_calls_do():
     """LearnerWorker.train(wait=False), the Ray learner's call (each call returns the diags of all but its newest
     payload, read from pinned copies that the call waits for by event, never by a read queued behind the newest
     payload's steps), against train(wait=True) on twin workers fed the same payloads: the same steps in the same
-    order, every diag within float32 rounding, the newest payload's diags from drain(), and the same parameters."""
+    order, every diag of the updates within float32 rounding (call_payloads: the size of each call), the newest
+    payload's diags from drain(), and the same parameters."""
     from actors.config import RolloutConfig
     from actors.learner_worker import LearnerWorker
     from actors.rollout import RolloutWorker
