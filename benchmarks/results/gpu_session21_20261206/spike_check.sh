@@ -1,5 +1,5 @@
 # Session 21's copy of session 18's device script (below), the one change: keep() writes the per-update floats at 4
-# significant digits (as round_updates.py does), so a run's file is about 0.75 MB and a session's results stay small
+# significant digits (round_updates.rounded, imported from this folder), so a run's file is about 0.75 MB and a session's results stay small
 # enough for the working tree and the device bundle to fit the 64 MiB the device takes (slim_bundle.sh).
 # Session 18's device script (calls 1-2; BENCHMARKS.md, "Half the books a rollout actor"), grown from session 17's
 # next_spike_check.sh. The H100/H200 update timing (gpu_check.py update; SKIP_UPDATE=1 skips it), then per run: the
@@ -25,14 +25,14 @@ keep() { python3 - "$1" "$2" <<'PY'
 import gzip, json, sys
 keys = ("step", "entropy", "l_distill", "policy_lag", "worker_index", "call_payloads", "approx_kl", "clip_frac", "l_pi", "l_c51",
         "l_iqn", "l_dueling", "q_ens_mean", "v_scalar_mean", "adv_mean", "qpa", "grad_norm/total")
-def num(x):  # 4 significant digits, integers as integers (round_updates.py): a run's file ~0.75 MB, not 2.6 MB
-    return str(int(x)) if isinstance(x, float) and x.is_integer() and abs(x) < 1e9 else f"{x:.4g}" if isinstance(x, float) else str(x)
+sys.path.insert(0, "benchmarks/results/gpu_session21_20261206")  # the script runs from the repository root
+from round_updates import rounded  # 4 significant digits, integers as integers: a run's file ~0.75 MB, not 2.6 MB
 with gzip.open(sys.argv[2], "wt", compresslevel=9) as f:
     f.write("\t".join(k.replace("/", "_") for k in keys) + "\n")
     for line in open(sys.argv[1]):
         r = json.loads(line) if line.strip() else {}
         if "step" in r and "entropy" in r:
-            f.write("\t".join(num(r.get(k)) for k in keys) + "\n")
+            f.write("\t".join(rounded(str(r.get(k))) for k in keys) + "\n")
 PY
 }
 # RUNS: "NAME SEED ARGS...;NAME SEED ARGS..." (default: K<seed> for each of SEEDS with ARGS)
