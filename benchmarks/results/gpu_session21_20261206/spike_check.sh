@@ -1,6 +1,7 @@
 # Session 21's copy of session 18's device script (below), the one change: keep() writes the per-update floats at 4
-# significant digits (round_updates.rounded, imported from this folder), so a run's file is about 0.75 MB and a session's results stay small
-# enough for the working tree and the device bundle to fit the 64 MiB the device takes (slim_bundle.sh).
+# significant digits (round_updates.rounded, imported from this folder), so a run's file is about 0.75 MB and a
+# session's results stay small enough for the working tree and the device bundle to fit the 64 MiB the device takes
+# (slim_bundle.sh).
 # Session 18's device script (calls 1-2; BENCHMARKS.md, "Half the books a rollout actor"), grown from session 17's
 # next_spike_check.sh. The H100/H200 update timing (gpu_check.py update; SKIP_UPDATE=1 skips it), then per run: the
 # bare command (150 s, 256 held-out episodes, greedy on the newest checkpoint), every update's diagnostics kept
