@@ -449,6 +449,7 @@ def describe(plan: Plan) -> str:
         k = c.market.depth_flow_ticks
         settings += f", depth flow within {k} ticks of the mid observed" if k else ", no depth flow observed"
     settings += ", observation standardised (learner.obs_norm)" if lrn.obs_norm != "off" else ""
+    settings += f", distillation temperature {lrn.distill_temperature:g}"
     why = f" ({plan.sizing_reason})" if plan.sizing_reason else ""
     sizing = (
         f"sizing {c.sizing or 'not recorded'}{why}: hidden_dim {lrn.hidden_dim}, q_batch_size {lrn.q_batch_size}, "

@@ -76,6 +76,7 @@ def test_learn_settings_are_every_presets_default():
         assert (cfg.learner.lr, cfg.learner.dueling_lr) == (3e-3, 3e-3)
         assert cfg.learner.reward_scale == pytest.approx(0.032)
         assert cfg.learner.obs_norm == "probe"  # the observation standardised by its probed statistics
+        assert cfg.learner.distill_temperature == 0.3  # the policy distilled towards a sharper softmax of q_ens
         assert cfg.learner.hidden_dim == 512  # the production width (issue 12 trains it on a GPU)
 
 
@@ -89,6 +90,7 @@ def test_seed_settings_and_gpu_sizing_reproduce_the_seeds_values():
         assert cfg.learner == LearnerConfig(hidden_dim=512, **switches), name
         assert cfg.rollout == RolloutConfig() and (cfg.settings, cfg.sizing) == ("seed", "gpu")
         assert (cfg.learner.lr, cfg.learner.reward_scale, cfg.learner.q_batch_size) == (2.5e-4, 1.0, 1024)
+        assert cfg.learner.distill_temperature == 1.0
         assert cfg.market == MarketConfig()  # the seed's observation: no depth flow
 
 
@@ -165,6 +167,7 @@ def test_local_picks_the_cpu_sizing_without_cuda_and_records_it(tmp_path, monkey
     assert (plan.driver.time_limit_s, plan.driver.steps) == (240.0, 1_000_000)  # a time budget by default
     header = driver.describe(plan)
     assert "settings learn: lr 0.003, dueling_lr 0.003, reward_scale 0.032 (from the market" in header
+    assert header.split("\n")[0].endswith("observation standardised (learner.obs_norm), distillation temperature 0.3")
     assert "sizing cpu (torch sees no CUDA device" in header and "hidden_dim 128" in header
     assert "budget 240 s of training" in header
     driver.write_config(plan)
@@ -180,6 +183,7 @@ def test_local_picks_the_cpu_sizing_without_cuda_and_records_it(tmp_path, monkey
     assert (plan.config.sizing, plan.config.settings, plan.config.learner.lr) == ("cpu", "seed", 2.5e-4)
     assert (plan.driver.steps, plan.driver.time_limit_s) == (50, 0.0)  # steps given: no budget unless asked
     assert "budget update 50 (no time limit)" in driver.describe(plan)
+    assert "distillation temperature 1\n" in driver.describe(plan)  # the seed's
 
 
 def test_local_on_a_gpu_host_runs_the_host_system_and_on_a_cpu_one_worker(tmp_path, monkeypatch):
