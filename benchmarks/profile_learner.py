@@ -95,13 +95,15 @@ def main() -> None:
     print(f"{args.samples} payloads of {cfg.rollout.num_envs} books x {cfg.rollout.steps_per_sample} steps "
           f"({payloads[0].nbytes / 1e6:.1f} MB each) in {time.perf_counter() - t0:.1f} s", flush=True)
     # warm-up: replay past its minimum, the graph captured
-    while worker.step < 3 * (cfg.rollout.num_envs // (cfg.learner.minibatch_envs or cfg.rollout.num_envs)) or (
+    # learner steps a payload makes: one per minibatch of envs and pass over them (foxhunt_ray.loops.steps_per_payload)
+    per_payload = cfg.rollout.num_envs // (cfg.learner.minibatch_envs or cfg.rollout.num_envs) * cfg.learner.ppo_epochs
+    while worker.step < 3 * per_payload or (
         len(worker.learner.replay) < cfg.learner.replay_min_size
     ):
         worker.train(payloads[:1], wait=True)
     worker.drain()
     report = {"preset": args.preset, "sizing": args.sizing, "overrides": args.set, "torch_threads": args.torch_threads,
-              "steps_per_payload": cfg.rollout.num_envs // (cfg.learner.minibatch_envs or cfg.rollout.num_envs),
+              "steps_per_payload": per_payload,
               "device": torch.cuda.get_device_name() if device == "cuda" else "cpu", "torch": torch.__version__}
     for k in per_call:
         report[f"timed_{k}_per_call"] = _timed(worker, payloads, args.calls, k)

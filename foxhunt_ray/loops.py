@@ -139,9 +139,10 @@ def worker_kwargs(plan: Plan, worker_index: int) -> dict:
 
 
 def steps_per_payload(plan: Plan) -> int:
-    """Learner steps one rollout payload makes: one per minibatch of envs (learner.minibatch_envs)."""
-    m = plan.config.learner.minibatch_envs
-    return plan.config.rollout.num_envs // m if m else 1
+    """Learner steps one rollout payload makes: one per minibatch of envs (learner.minibatch_envs) and pass over
+    them (learner.ppo_epochs)."""
+    lrn = plan.config.learner
+    return (plan.config.rollout.num_envs // lrn.minibatch_envs if lrn.minibatch_envs else 1) * lrn.ppo_epochs
 
 
 Hook = Callable[[int, list], None]

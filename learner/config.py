@@ -69,6 +69,11 @@ class LearnerConfig:
     """Split each rollout's B envs into minibatches of this many envs (whole trajectories), one learner step each,
     in order (0: the whole rollout is one step). Smaller steps, more of them per env step: what lets one GPU
     learner keep pace with many rollout workers (BENCHMARKS.md, "The system on one GPU host")."""
+    ppo_epochs: Annotated[int, Int(ge=1)] = 1
+    """Passes over each rollout's minibatches, as PPO's epochs: every pass makes one learner step per minibatch, in
+    the same order (the clipped surrogate against the rollout's behaviour log-probs, so later passes see ratios off
+    1; the Q heads on a fresh replay sample each step). The rollout's transitions enter replay on the first pass
+    only. 1: each rollout once, the seed's; k multiplies the learner steps a payload makes by k."""
     # --- PPO, value, distillation ---
     ppo_clip: Annotated[float, Number(gt=0)] = 0.2
     """epsilon of the PPO clipped surrogate."""

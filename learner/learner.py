@@ -67,6 +67,10 @@ def config_differences(cfg: LearnerConfig, saved: dict) -> list[str]:
     return sorted(k for k in (set(mine) | set(theirs)) - ignored if mine.get(k) != theirs.get(k))
 
 
+def _nothing() -> None:
+    """What a later pass over a rollout writes into replay (LearnerConfig.ppo_epochs): nothing."""
+
+
 class _Trainable:
     """A network's flat parameters, flat gradients, Adam and target copy, stepped as one unit."""
 
@@ -312,7 +316,8 @@ class Learner:
 
     def updates(self, batch: dict) -> list[dict[str, float]]:
         """`cfg.minibatch_envs` splits the rollout's B envs into minibatches, one learner step each, in order;
-        exactly what `update` on each minibatch in turn computes (tests/test_learner.py). Returns their diags."""
+        exactly what `update` on each minibatch in turn computes (tests/test_learner.py), `cfg.ppo_epochs` passes
+        over them. Returns their diags."""
         host = rollout_from_batch(batch, obs_dim=self.obs_dim, n_actions=self.n_actions)
         return self.finish_updates(self.start_updates(host))
 
@@ -326,7 +331,8 @@ class Learner:
     ) -> list[_Pending]:
         """Queues the minibatch steps of a validated rollout (at most `limit` of them) without a host sync: the
         rollout goes to the device in one copy (asynchronous when its tensors are pinned), each minibatch is a
-        view of it, and its n-step returns are computed there. `finish_updates` reads the diags.
+        view of it, and its n-step returns are computed there. `cfg.ppo_epochs` passes over the minibatches, in
+        the same order; only the first writes them into replay. `finish_updates` reads the diags.
 
         A minibatch's valid steps are indexed where the rollout arrived (the host): on the device each index
         would be a sync. With minibatch_envs = 0 the rollout is one minibatch. `before_copy` and `after_copy` are
@@ -339,7 +345,8 @@ class Learner:
                 f"a rollout of {b} envs does not split into minibatches of learner.minibatch_envs={m}: make "
                 "rollout.num_envs a multiple of it"
             )
-        n = b // m if limit is None else min(b // m, limit)
+        total = b // m * cfg.ppo_epochs if limit is None else min(b // m * cfg.ppo_epochs, limit)
+        n = min(b // m, total)  # the minibatches the first pass reaches
         if n < 1:
             return []
         if n == 1 and m == b:
@@ -359,15 +366,21 @@ class Learner:
         # n-step returns of the whole rollout at once (elementwise per env: each minibatch gets its own columns)
         whole = Rollout(**cols, valid_idx=local[0], policy_version=host.policy_version)  # valid_idx: not read here
         returns = nstep_returns(whole, cfg.gamma, cfg.n_step, cfg.reward_scale)
-        pendings = []
-        for c in range(n):
-            part = Rollout(
+        parts = [
+            Rollout(
                 **{k: v[:, c * m : (c + 1) * m] for k, v in cols.items()},
                 valid_idx=local[c],
                 policy_version=host.policy_version,
             )
-            # the minibatch's valid steps go from the rollout straight into the ring (one kernel on CUDA)
-            pendings.append(self._step(part, functools.partial(self.replay.add_rows, whole, returns, flat[c])))
+            for c in range(n)
+        ]
+        pendings = []
+        for i in range(total):
+            c = i % n
+            # first pass: the minibatch's valid steps go from the rollout straight into the ring (one kernel on
+            # CUDA); later passes train on the same minibatch again and add nothing
+            add = functools.partial(self.replay.add_rows, whole, returns, flat[c]) if i < n else _nothing
+            pendings.append(self._step(parts[c], add))
         return pendings
 
     def _minibatch_indices(self, valid: torch.Tensor, n: int, m: int) -> tuple[list, list]:

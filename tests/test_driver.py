@@ -248,6 +248,25 @@ def test_ray_learner_calls_take_at_most_max_payloads_per_call(tmp_path, ray_loca
     assert json.loads((run_dir / "config.json").read_text())["driver"]["max_payloads_per_call"] == 1
 
 
+@pytest.mark.parametrize("serial", [True, False])
+def test_ppo_epochs_make_their_steps_of_every_payload_and_the_run_stops_on_its_step(tmp_path, serial, request):
+    """learner.ppo_epochs=2 with 2-book minibatches: 4 steps a 4-book payload. The driver counts them (in Ray mode
+    it stops asking for samples once the payloads sent cover the steps), and the last payload makes only the steps
+    left: 41 steps are 11 payloads, no step lost or repeated."""
+    from foxhunt_ray.loops import steps_per_payload
+
+    if not serial:
+        request.getfixturevalue("ray_local")
+    flags = ("--steps", "41", "--set", "learner.minibatch_envs=2", "--set", "learner.ppo_epochs=2")
+    args = driver.parse_args([*SMOKE, "--out", str(tmp_path / "plan"), *flags], "test")
+    assert steps_per_payload(driver.resolve(args)) == 4
+    code, run_dir = run(tmp_path, *flags, serial=serial)
+    assert code == 0
+    steps = assert_steps(run_dir, 41)
+    assert steps[-1]["env_steps"] == 11 * 4 * 16  # smoke: 4 books x 16 steps a payload
+    assert json.loads((run_dir / "config.json").read_text())["run"]["learner"]["ppo_epochs"] == 2
+
+
 def test_ray_names_a_rollout_actor_that_never_starts(tmp_path, ray_local, monkeypatch, capsys):
     """A rollout actor whose resources Ray cannot give (here each asks a whole CPU, and the 2-CPU instance has one
     beside the learner) stays pending; the run goes on with the other and names it once, instead of saying nothing

@@ -348,6 +348,43 @@ def test_updates_in_minibatches_are_updates_on_each_minibatch_in_turn(graph_body
     assert split.replay.cursor == one_by_one.replay.cursor
 
 
+@pytest.mark.parametrize("graph_body", [False, True])
+def test_ppo_epochs_pass_over_the_minibatches_again_and_write_replay_once(graph_body):
+    """ppo_epochs = 2: the first pass is exactly the one-pass learner's steps; the second trains on the same
+    minibatches again, in the same order, with the updated parameters and the same behaviour log-probs, and adds
+    nothing to replay; a limit counts the steps of both passes."""
+    from learner import graph as G
+    from learner.replay import rollout_from_batch
+
+    def make(epochs):
+        lrn = Learner(_cfg(minibatch_envs=3, ppo_epochs=epochs), obs_dim=OBS, n_actions=N, seed=4)
+        if graph_body:  # the CUDA path's captured body, run eagerly (tests/test_graph.py)
+            lrn.device_guard = True
+            lrn.graph = G.GraphUpdate(lrn, capture=False)
+        return lrn
+
+    two, one = make(2), make(1)
+    rng = np.random.default_rng(23)
+    for version in range(3):
+        batch = _rollout(rng, t_len=5, b=6, version=version, end_p=0.3)
+        before = len(two.replay)
+        got = two.updates(batch)
+        assert len(two.replay) - before == int(batch["valid"].sum())  # written once
+        want = one.updates(batch)  # the first pass, replay written
+        for c in (0, 3):  # the second: the same step on each minibatch, nothing written
+            host = rollout_from_batch(_minibatch(batch, slice(c, c + 3)), obs_dim=OBS, n_actions=N)
+            want += one.finish_updates([one._step(host, lambda: None)])
+        assert got == want
+        assert [d[D.STEP] for d in got] == [4.0 * version + k for k in (1, 2, 3, 4)]
+        assert got[2][D.L_PI] != got[0][D.L_PI]  # the same minibatch, trained on once already
+    assert torch.equal(two.main.flat, one.main.flat)
+    assert torch.equal(two.replay.data["obs"], one.replay.data["obs"]) and two.replay.cursor == one.replay.cursor
+    limited = make(2)  # a run's last payload: 3 steps left of its 4
+    steps = limited.finish_updates(limited.start_updates(rollout_from_batch(batch, obs_dim=OBS, n_actions=N), limit=3))
+    assert [d[D.STEP] for d in steps] == [1.0, 2.0, 3.0] and len(limited.replay) == int(batch["valid"].sum())
+    assert _cfg(ppo_epochs=0).errors() == ["learner.ppo_epochs=0 must be an int >= 1"]
+
+
 def test_updates_without_minibatches_is_one_update_and_a_bad_split_is_named():
     a = Learner(_cfg(), obs_dim=OBS, n_actions=N, seed=3)
     b = Learner(_cfg(), obs_dim=OBS, n_actions=N, seed=3)
