@@ -43,8 +43,8 @@ SETTINGS: dict[str, dict[str, dict[str, Any]]] = {
     # the observation standardised by its probed statistics (learner.obs_norm): on the box's main job 0.76 against
     # 0.69 of the oracle without it, ten seeds paired, better on eight (BENCHMARKS.md, "The observation standardised")
     # the distillation temperature 0.3: the GPU host's two short seeds of seven from 0.720 / 0.819 to 0.886 / 0.850
-    # of the oracle, the box's main job 0.751 to 0.818 on three seeds, better in all five pairs (BENCHMARKS.md, "A
-    # sharper distillation target")
+    # of the oracle, the box's main job 0.751 to 0.818 on three seeds; ahead in five of the seven pairs measured, by
+    # 0.049 on average (BENCHMARKS.md, "A sharper distillation target")
     "learn": {
         "learner": {
             "lr": 3e-3,
