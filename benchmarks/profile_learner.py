@@ -33,6 +33,7 @@ import torch  # noqa: E402
 from actors.learner_worker import LearnerWorker  # noqa: E402
 from actors.rollout import RolloutWorker  # noqa: E402
 from foxhunt_ray.config import apply_overrides  # noqa: E402
+from foxhunt_ray.loops import steps_per_payload  # noqa: E402
 from foxhunt_ray.presets import run_preset  # noqa: E402
 from learner.network import identity_obs_stats  # noqa: E402
 
@@ -95,8 +96,7 @@ def main() -> None:
     print(f"{args.samples} payloads of {cfg.rollout.num_envs} books x {cfg.rollout.steps_per_sample} steps "
           f"({payloads[0].nbytes / 1e6:.1f} MB each) in {time.perf_counter() - t0:.1f} s", flush=True)
     # warm-up: replay past its minimum, the graph captured
-    # learner steps a payload makes: one per minibatch of envs and pass over them (foxhunt_ray.loops.steps_per_payload)
-    per_payload = cfg.rollout.num_envs // (cfg.learner.minibatch_envs or cfg.rollout.num_envs) * cfg.learner.ppo_epochs
+    per_payload = steps_per_payload(cfg)
     while worker.step < 3 * per_payload or (
         len(worker.learner.replay) < cfg.learner.replay_min_size
     ):

@@ -31,6 +31,7 @@ from lobsim_env.seeds import resumed_seed
 
 if TYPE_CHECKING:
     from actors.kill_rules import KillDecision
+    from foxhunt_ray.config import RunConfig
     from foxhunt_ray.plan import Plan
     from foxhunt_ray.remote import MonitorHandle
 
@@ -138,11 +139,11 @@ def worker_kwargs(plan: Plan, worker_index: int) -> dict:
     )
 
 
-def steps_per_payload(plan: Plan) -> int:
+def steps_per_payload(config: RunConfig) -> int:
     """Learner steps one rollout payload makes: one per minibatch of envs (learner.minibatch_envs) and pass over
     them (learner.ppo_epochs)."""
-    lrn = plan.config.learner
-    return (plan.config.rollout.num_envs // lrn.minibatch_envs if lrn.minibatch_envs else 1) * lrn.ppo_epochs
+    lrn = config.learner
+    return (config.rollout.num_envs // lrn.minibatch_envs if lrn.minibatch_envs else 1) * lrn.ppo_epochs
 
 
 Hook = Callable[[int, list], None]
@@ -392,7 +393,7 @@ class _Drive:
         import ray
 
         plan, drv, monitor, learner = self.plan, self.plan.driver, self.monitor, self.learner
-        per_payload = steps_per_payload(plan)
+        per_payload = steps_per_payload(plan.config)
         workers = self.workers
         samples: dict = {}  # a sample in flight -> its rollout actor's index
         asked: dict = {}  # ... -> when it was asked (time.monotonic), for drv.sample_timeout_s

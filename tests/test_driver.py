@@ -259,7 +259,7 @@ def test_ppo_epochs_make_their_steps_of_every_payload_and_the_run_stops_on_its_s
         request.getfixturevalue("ray_local")
     flags = ("--steps", "41", "--set", "learner.minibatch_envs=2", "--set", "learner.ppo_epochs=2")
     args = driver.parse_args([*SMOKE, "--out", str(tmp_path / "plan"), *flags], "test")
-    assert steps_per_payload(driver.resolve(args)) == 4
+    assert steps_per_payload(driver.resolve(args).config) == 4
     code, run_dir = run(tmp_path, *flags, serial=serial)
     assert code == 0
     steps = assert_steps(run_dir, 41)
