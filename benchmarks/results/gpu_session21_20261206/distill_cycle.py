@@ -1,5 +1,5 @@
 """The distillation loss's cycle against the policy lag, in every GPU-host run whose per-update diagnostics are kept
-(sessions 17, 18, 20, 21 and 22). Per run, from update 3,000 on: the median policy lag, the lag (in updates, 40-400) at
+(sessions 17, 18, 20, 21, 22 and 23). Per run, from update 3,000 on: the median policy lag, the lag (in updates, 40-400) at
 which the autocorrelation of l_distill peaks once a 501-update moving average is taken off, that peak's height, the
 detrended l_distill's standard deviation (the cycle's amplitude), the updates above 0.2 (the spikes that
 learning_cycles.py counts), and an actor's round: the median updates from one payload of a rollout actor to its
@@ -23,6 +23,7 @@ RUNS = (
     "gpu_session20_20261206/call*/*_updates.tsv.gz",
     "gpu_session21_20261206/call*/*_updates.tsv.gz",
     "gpu_session22_20261206/call*/*_updates.tsv.gz",
+    "gpu_session23_20261206/call*/*_updates.tsv.gz",
 )
 FROM_UPDATE, TREND, LAGS = 3000, 501, range(40, 401)
 
