@@ -42,9 +42,9 @@ SETTINGS: dict[str, dict[str, dict[str, Any]]] = {
     # the depth flow: on the box's main job 0.72 of the oracle against 0.57 without it, six seeds paired
     # the observation standardised by its probed statistics (learner.obs_norm): on the box's main job 0.76 against
     # 0.69 of the oracle without it, ten seeds paired, better on eight (BENCHMARKS.md, "The observation standardised")
-    # the distillation temperature 0.3: the GPU host's two short seeds of seven from 0.720 / 0.819 to 0.886 / 0.850
-    # of the oracle, the box's main job 0.751 to 0.818 on three seeds; ahead in five of the seven pairs measured, by
-    # 0.049 on average (BENCHMARKS.md, "A sharper distillation target")
+    # the distillation temperature 0.3: on the GPU host seeds 0-6 at 0.850-0.894 of the oracle (mean 0.878) against
+    # 0.720-0.897 (0.853) at 1, the box's main job 0.751 to 0.818 on three seeds (BENCHMARKS.md, "A sharper
+    # distillation target" and "The new default on every seed")
     "learn": {
         "learner": {
             "lr": 3e-3,
