@@ -7,6 +7,7 @@
     python benchmarks/gpu_check.py update  --json F       # the captured update: kernels vs reference ops, fp32/TF32
     python benchmarks/gpu_check.py kernels --json F       # what one captured update's kernels are, by name and group
     python benchmarks/gpu_check.py regions --json F       # the update's kernels by the learner code that launches them
+                                          [--shapes]      # ... each named with the op and input shapes that launched it
     python benchmarks/gpu_check.py census  --json F       # (CPU, no GPU needed) the captured update's launches, counted
 
 The numbers are tests, skipped without CUDA: the kernels (every op against the float64 reference, gradients,
@@ -434,11 +435,15 @@ def mark_regions(obj, methods=tuple(REGIONS)) -> None:
             setattr(obj, method, wrapped)
 
 
-def run_regions(device: str, json_path: str | None, preset_name: str, T: int, B: int, reps: int) -> dict:
+def run_regions(
+    device: str, json_path: str | None, preset_name: str, T: int, B: int, reps: int, shapes: bool = False
+) -> dict:
     """Issue 12, part 3: which learner code launches the update's kernels. The eager update (the graph's body, op for
     op; cuda_graph off so the CPU ops that launch each kernel are seen) at T x B, q_batch 1024, under torch.profiler
     for `reps` updates, custom kernels and reference ops: per REGIONS entry, kernels and device µs an update, and its
-    costliest kernels. On the CPU (to test this) the leaf CPU ops stand in for kernels."""
+    costliest kernels. On the CPU (to test this) the leaf CPU ops stand in for kernels. `shapes`: each kernel is
+    named with the op that launched it and that op's input shapes ("kernel <- aten::sum [[32768, 512], []]"), so
+    that kernels of one name (four column sums, say) are told apart by the tensors they read."""
     import dataclasses
 
     from foxhunt_ray.presets import preset
@@ -462,7 +467,7 @@ def run_regions(device: str, json_path: str | None, preset_name: str, T: int, B:
             lrn.update(batches[i % 4])
         if device == "cuda":
             torch.cuda.synchronize()
-        with torch.profiler.profile(activities=activities) as prof:
+        with torch.profiler.profile(activities=activities, record_shapes=shapes) as prof:
             for i in range(reps):
                 lrn.update(batches[i % 4])
             if device == "cuda":
@@ -472,9 +477,13 @@ def run_regions(device: str, json_path: str | None, preset_name: str, T: int, B:
             if e.name.startswith("region_"):
                 spans.append((e.name[len("region") :], e.time_range.start, e.time_range.end))
             elif device == "cuda":
-                items += [(e.time_range.start, short_kernel_name(k.name), k.duration) for k in e.kernels]
+                op = f" <- {e.name} {e.input_shapes}" if shapes else ""
+                items += [
+                    (e.time_range.start, short_kernel_name(k.name, 70 if shapes else 150) + op, k.duration)
+                    for k in e.kernels
+                ]
             elif not e.cpu_children and e.name.startswith("aten::"):
-                items.append((e.time_range.start, e.name, e.cpu_time_total))
+                items.append((e.time_range.start, f"{e.name} {e.input_shapes}" if shapes else e.name, e.cpu_time_total))
         by_region = attribute_to_regions(spans, items)
         row = {"ops": backend, "regions": {}}
         print(f"{T}x{B} {backend} (eager update, {reps} updates): per update", flush=True)
@@ -489,8 +498,8 @@ def run_regions(device: str, json_path: str | None, preset_name: str, T: int, B:
                 "top": [{"name": k, "n": round(c / reps, 2), "us": round(t / reps, 2)} for k, (c, t) in top],
             }
             print(f"  {label:<45}{n:>8.1f} kernels{us:>10.1f} us", flush=True)
-            for k, (c, t) in top[:8]:
-                print(f"      {t / reps:>8.1f} us {c / reps:>6.1f}x  {k[:120]}", flush=True)
+            for k, (c, t) in top[: 12 if shapes else 8]:
+                print(f"      {t / reps:>8.1f} us {c / reps:>6.1f}x  {k[: 180 if shapes else 120]}", flush=True)
         report["rows"].append(row)
         del lrn
     ops.set_backend(previous)
@@ -809,6 +818,7 @@ def main() -> int:
     parser.add_argument("--T", type=int, default=8)
     parser.add_argument("--B", type=int, default=128)
     parser.add_argument("--reps", type=int, default=200)
+    parser.add_argument("--shapes", action="store_true", help="regions: name each kernel with its op and input shapes")
     args = parser.parse_args()
     print(f"torch {torch.__version__}, cuda available: {torch.cuda.is_available()}", flush=True)
     if args.stage == "census":
@@ -832,7 +842,7 @@ def main() -> int:
     elif args.stage == "learner":
         run_learner(args.device, args.json, args.preset, args.T, args.B, args.reps)
     elif args.stage == "regions":
-        run_regions(args.device, args.json, args.preset, args.T, args.B, min(args.reps, 10))
+        run_regions(args.device, args.json, args.preset, args.T, args.B, min(args.reps, 10), shapes=args.shapes)
     return 0
 
 

@@ -4,6 +4,7 @@ kernel names cut to what tells them apart, and the stage itself on the CPU (leaf
 from __future__ import annotations
 
 import importlib.util
+import re
 from pathlib import Path
 
 _SPEC = importlib.util.spec_from_file_location(
@@ -42,6 +43,17 @@ def test_the_regions_stage_on_the_cpu_counts_every_part_of_the_update(tmp_path):
     for method in ("_policy_losses", "_q_losses", "_main_loss", "_apply"):
         assert regions[method]["kernels"] > 0, (method, sorted(regions))
     assert (tmp_path / "r.json").exists() and gc.ops.backend() == before  # the backend mode put back
+
+
+def test_the_regions_stage_with_shapes_names_each_launch_with_the_tensors_it_read(tmp_path):
+    """--shapes: launches of one op on tensors of different sizes are told apart (the replay batch's 1024 rows show
+    in the Q losses), and the counts are the same as without it."""
+    plain = gc.run_regions("cpu", None, "smoke", T=8, B=128, reps=1)["rows"][0]["regions"]
+    shaped = gc.run_regions("cpu", None, "smoke", T=8, B=128, reps=1, shapes=True)["rows"][0]["regions"]
+    assert {r: v["kernels"] for r, v in shaped.items()} == {r: v["kernels"] for r, v in plain.items()}
+    names = [t["name"] for v in shaped.values() for t in v["top"]]
+    assert all(re.fullmatch(r"aten::\w+ \[.*\]", n) for n in names), names
+    assert any("1024" in t["name"] for t in shaped["_q_losses"]["top"]), shaped["_q_losses"]["top"]
 
 
 def test_the_census_counts_the_captured_body_s_launches_and_pins_the_ones_removed(tmp_path):
