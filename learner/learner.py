@@ -545,12 +545,14 @@ class Learner:
         """(h of the rollout's states [(T+1)B, H], h of the replay sample's [n, H] or None) from one pass of the
         online encoder over both: its two layers' GEMMs, ReLUs and backward (and the sum of the two passes'
         weight gradients) launch once a step instead of twice. Row for row the same encoder; only the order in
-        which the weight gradient sums its rows differs."""
+        which the weight gradient sums its rows differs. Split, not sliced: the backward then joins the two parts'
+        gradients with one concatenation, where two slices would each zero a gradient of h's full size, copy their
+        part in and add the two."""
         x = ro_obs.reshape(-1, self.obs_dim)
         if q_obs is None:
             return self.net.encoder(x), None
-        h = self.net.encoder(torch.cat([x, q_obs]))
-        return h[: x.shape[0]], h[x.shape[0] :]
+        h_all, h_q = self.net.encoder(torch.cat([x, q_obs])).split([x.shape[0], q_obs.shape[0]])
+        return h_all, h_q
 
     def _policy_losses(
         self, ro: Mapping[str, torch.Tensor], out: dict, h_all: torch.Tensor | None = None

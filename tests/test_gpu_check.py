@@ -61,7 +61,8 @@ def test_the_census_counts_the_captured_body_s_launches_and_pins_the_ones_remove
     counts once (its reference insides not at all), and the launches taken out of the update stay out: the main
     loss is one dot product, the backward writes each flat gradient with one concatenation (no zeroing, no add
     per parameter), the IQN's cosine frequencies and midpoint features are not remade, and the online encoder
-    runs once with gradients."""
+    runs once with gradients, its output split (not sliced) between the rollout's states and the replay sample's,
+    so that its gradient is one concatenation, not two zeroed copies of its full size added together."""
     report = gc.run_census(str(tmp_path / "c.json"), "smoke", T=8, B=32)
     assert (tmp_path / "c.json").exists() and gc.ops.backend().startswith("reference")
     regions = report["regions"]
@@ -74,6 +75,8 @@ def test_the_census_counts_the_captured_body_s_launches_and_pins_the_ones_remove
     n_flat = sum(p.numel() for p in _smoke_net_parameters())
     assert not any(k.startswith(("aten::zero_", "aten::fill_")) and f"[[{n_flat}]" in k for k in backprop)
     assert sum(c for k, c in backprop.items() if k.startswith("aten::cat") and k.endswith(f"[{n_flat}]]")) == 1
+    encoded = (8 + 1) * 32 + 1024  # rows through the encoder: the rollout's (T + 1) x B states and q_batch 1024
+    assert not any(k.startswith("aten::fill_") and f"[[{encoded}, " in k for k in backprop), backprop
     body = [k for r in regions.values() for k in r["ops"]]
     assert not any(k.startswith("aten::arange") for k in body)
     assert sum(c for r in regions.values() for k, c in r["ops"].items() if k.startswith("aten::cos ")) == 2
