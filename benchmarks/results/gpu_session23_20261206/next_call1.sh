@@ -6,4 +6,7 @@
 # .devtools. E.g. EVALS=0 RUNS="E1 1 --set learner.ppo_epochs=2" bash .devtools/next_call1.sh
 L=$OUT/spike_check.log; source .devtools/s14_lib.sh
 step regions64 timeout 200 python3 benchmarks/gpu_check.py regions --shapes --T 64 --json $R/regions64.json
+# the update timing on any card (s23_call1.sh times it only on an H200): be2b1ff against session 22's figures
+nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 ||
+  step update timeout 90 python3 benchmarks/gpu_check.py update --json $R/update.json
 bash .devtools/s23_call1.sh
