@@ -1,3 +1,5 @@
+# Session 23 added one switch, default off: EVALS=0 skips the target-weights and greedy-on-q evaluations of each run
+# (~27 s a run), so that three runs fit one 600-s call (gpu_session23_20261206/README.md).
 # Session 21's copy of session 18's device script (below), the one change: keep() writes the per-update floats at 4
 # significant digits (round_updates.rounded, imported from this folder), so a run's file is about 0.75 MB and a
 # session's results stay small enough for the working tree and the device bundle to fit the 64 MiB the device takes
@@ -45,8 +47,9 @@ for spec in "${SPECS[@]}"; do
   probe $n --seed $s $rest
   run=$(ls -d /tmp/runs$n/*/*/0 | head -1); [ -n "$run" ] || continue
   keep $run/diag.jsonl $R/${n}_updates.tsv.gz
-  [ $SECONDS -lt 530 ] && step ${n}_target timeout 30 python3 -m foxhunt_ray.evaluate $run --episodes 256 --weights target --out $R/${n}_target.json
-  [ $SECONDS -lt 555 ] && step ${n}_q timeout 30 python3 -m foxhunt_ray.evaluate $run --episodes 256 --policy q --out $R/${n}_q.json
+  # EVALS=0 (session 23) skips the two extra evaluations below (~27 s a run) to fit more runs in the device time
+  [ "${EVALS:-1}" != 0 ] && [ $SECONDS -lt 530 ] && step ${n}_target timeout 30 python3 -m foxhunt_ray.evaluate $run --episodes 256 --weights target --out $R/${n}_target.json
+  [ "${EVALS:-1}" != 0 ] && [ $SECONDS -lt 555 ] && step ${n}_q timeout 30 python3 -m foxhunt_ray.evaluate $run --episodes 256 --policy q --out $R/${n}_q.json
   grep -E "oracle fraction|checkpoint ckpt" $L | tail -6
   [ $SECONDS -lt ${LAST_START:-350} ] || break
 done
