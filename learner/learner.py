@@ -574,8 +574,10 @@ class Learner:
         if h_all is None:  # [(T+1)B, H]: s_t for t = 0..T
             h_all = self.net.encoder(ro["obs"].reshape(-1, self.obs_dim))
         h_t = h_all[:tb]
-        v_all = self.net.value(h_all)
-        logits = self.net.pi(h_t)
+        # pi on all (T+1)B rows and its first TB taken, not pi on h_all[:TB]: the backward of a slice of h would zero
+        # a gradient of h's size [(T+1)B, H] and copy its part in; a slice of the logits does so at [(T+1)B, N]
+        logits_all, v_all = self.net.pi_value(h_all)
+        logits = logits_all[:tb]
         with torch.no_grad():
             q_ens = self.net.q_ens(h_t, self.support, cfg.ensemble_w, cfg.iqn_taus)
             baseline = self._gae_baseline(h_all, v_all, valid, out)

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 from learner import ops
 from learner.config import LearnerConfig
@@ -158,7 +159,10 @@ class IQNHead(nn.Module):
 
     def forward(self, h: torch.Tensor, tau: torch.Tensor | int) -> torch.Tensor:
         if isinstance(tau, int):
-            return self.out(self.features(h, tau))
+            # out(h * phi) with phi [H] the midpoints' mean is h @ (W_out * phi)^T + b_out: phi folded into the
+            # [N, H] weight instead of a [B, 1, H] product written and read again (same math, rounded in another order)
+            phi = torch.relu(self.embed(self._constant("midpoints", tau, h))).mean(1)
+            return F.linear(h, self.out.weight * phi, self.out.bias)[:, None, :]
         # sampled taus: the product with h and the output layer in one op (ops.iqn_head; the same math as
         # self.out(self.features(h, tau)), op for op on the reference path)
         pre = self.embed(cosine_features(tau, self._constant("freq", 0, tau)))
@@ -247,6 +251,15 @@ class MainNet(nn.Module):
 
     def value(self, h: torch.Tensor) -> torch.Tensor:
         return self.v(h).squeeze(-1)
+
+    def pi_value(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(pi's logits [B, N], V_scalar [B]) = (self.pi(h), self.value(h)) as one product with h: the backward then
+        makes h's gradient with one GEMM instead of two GEMMs and an add of [B, H] tensors, and reads h once for the
+        two weight gradients (the same math; the sums may round in another order)."""
+        w = torch.cat([self.pi.weight, self.v.weight])
+        b = torch.cat([self.pi.bias, self.v.bias])
+        logits, v = F.linear(h, w, b).split([self.n_actions, 1], dim=-1)
+        return logits, v.squeeze(-1)
 
     def q_ens(self, h: torch.Tensor, support: torch.Tensor, w: float, n_taus: int) -> torch.Tensor:
         """w * E_C51[Q] + (1-w) * mean_tau IQN, IQN at the fixed quantile midpoints; both uncentred in Plan A v2."""

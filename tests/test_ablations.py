@@ -358,7 +358,7 @@ def test_phase3_2c_baseline_is_v_scalar_then_the_blend_then_v_iqn(monkeypatch):
         h = _h(lrn, batch)
         with torch.no_grad():
             v_iqn = lrn.net.v_iqn(h, lrn.cfg.iqn_taus).view(7, 4)
-            v_scalar = lrn.net.value(h).view(7, 4)
+            v_scalar = lrn.net.pi_value(h)[1].view(7, 4)  # V_scalar as the learner makes it, beside pi's logits
         d = lrn.update(batch)
         alpha = min(1.0, max(0.0, (6 - step) / 4))
         values, next_values = seen[-1]

@@ -77,6 +77,16 @@ def test_the_census_counts_the_captured_body_s_launches_and_pins_the_ones_remove
     assert sum(c for k, c in backprop.items() if k.startswith("aten::cat") and k.endswith(f"[{n_flat}]]")) == 1
     encoded = (8 + 1) * 32 + 1024  # rows through the encoder: the rollout's (T + 1) x B states and q_batch 1024
     assert not any(k.startswith("aten::fill_") and f"[[{encoded}, " in k for k in backprop), backprop
+    # pi and V_scalar as one product with the rollout's h (MainNet.pi_value), its logits sliced, not h: h's gradient
+    # is one GEMM, with no zeroed [(T + 1) B, H] gradient for a slice of h and no add of two [(T + 1) B, H] ones
+    from foxhunt_ray.presets import preset
+
+    hidden = preset("smoke").hidden_dim
+    for op in ("aten::fill_", "aten::zero_", "aten::add_", "aten::add", "aten::copy_"):
+        assert not any(k.startswith(op + " ") and f"[{(8 + 1) * 32}, {hidden}]" in k for k in backprop), (op, backprop)
+    # the IQN midpoints' mean folded into the output layer's weight: no [T B, 1, H] product for q_ens
+    policy_ops = regions["_policy_losses"]["ops"]
+    assert not any(k.startswith("aten::mul ") and f"[[{8 * 32}, 1, {hidden}]" in k for k in policy_ops), policy_ops
     body = [k for r in regions.values() for k in r["ops"]]
     assert not any(k.startswith("aten::arange") for k in body)
     assert sum(c for r in regions.values() for k, c in r["ops"].items() if k.startswith("aten::cos ")) == 2

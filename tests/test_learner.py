@@ -491,3 +491,25 @@ def test_iqn_constants_are_made_once_with_the_values_each_call_made():
     phi = torch.relu(head.embed(torch.cos(math.pi * i * tau[..., None])))
     assert torch.equal(head(h, tau), head.out(h[:, None, :] * phi))
     assert head._constant("midpoints", 8, h.double()).dtype == torch.float64  # one per dtype
+
+
+def test_pi_value_is_pi_and_value_in_one_product_with_their_gradients():
+    """MainNet.pi_value (what the learner's policy losses read): pi's logits and V_scalar from one product with h,
+    equal to self.pi(h) and self.value(h) up to rounding, and so are the gradients of a loss on both (h's, and each
+    head's weights and bias)."""
+    from learner.network import MainNet
+
+    torch.manual_seed(0)
+    net = MainNet(6, 4, 16, 2, 11)
+    h = net.encoder(torch.randn(9, 6)).detach().requires_grad_(True)
+    wl, wv = torch.randn(9, 4), torch.randn(9)
+    grads = []
+    for fused in (True, False):
+        logits, v = net.pi_value(h) if fused else (net.pi(h), net.value(h))
+        assert logits.shape == (9, 4) and v.shape == (9,)
+        loss = (logits * wl).sum() + (v * wv).sum() + (v**2).sum()
+        params = [h, net.pi.weight, net.pi.bias, net.v.weight, net.v.bias]
+        grads.append((logits.detach(), v.detach(), *torch.autograd.grad(loss, params)))
+    for a, b in zip(*grads, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
+    assert all(g.abs().sum() > 0 for g in grads[0][2:])
