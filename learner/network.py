@@ -120,6 +120,28 @@ def quantile_midpoints(batch: int, n: int, like: torch.Tensor) -> torch.Tensor:
     return tau.expand(batch, n)
 
 
+class _CosEmbed(torch.autograd.Function):
+    """pre = Linear(cos-embedding(tau)) = feats @ W^T + b, whose feature 0 is cos(0 * pi * tau) = 1 exactly: the
+    bias's gradient (the sum of grad_pre over the rows) is then column 0 of the weight's gradient (grad_pre^T @
+    feats), so the backward reads grad_pre once, in that GEMM, not twice (the GEMM and a column sum of the same
+    [B*T, H] tensor: 32,768 x 512 floats a step at phase4_3's q_batch). The same values, summed in the GEMM's order."""
+
+    @staticmethod
+    def forward(ctx, feats: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(feats, weight)
+        return F.linear(feats, weight, bias)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        feats, weight = ctx.saved_tensors
+        grad_feats = grad.matmul(weight) if ctx.needs_input_grad[0] else None
+        grad_w = grad_b = None
+        if ctx.needs_input_grad[1] or ctx.needs_input_grad[2]:
+            grad_w = grad.reshape(-1, grad.shape[-1]).t().mm(feats.reshape(-1, feats.shape[-1]))
+            grad_b = grad_w[:, 0].contiguous()
+        return grad_feats, grad_w, grad_b
+
+
 class IQNHead(nn.Module):
     """quantiles[B, T, N] = Linear(h * ReLU(Linear(cos-embedding(tau)))); on CUDA the part after the embedding is
     one kernel (ops.iqn_head)."""
@@ -154,8 +176,13 @@ class IQNHead(nn.Module):
         if isinstance(tau, int):
             phi = torch.relu(self.embed(self._constant("midpoints", tau, h))).mean(1, keepdim=True)
         else:
-            phi = torch.relu(self.embed(cosine_features(tau, self._constant("freq", 0, tau))))
+            phi = torch.relu(self.embed_taus(tau))
         return h[:, None, :] * phi
+
+    def embed_taus(self, tau: torch.Tensor) -> torch.Tensor:
+        """[B, T] sampled taus -> pre[B, T, H] = self.embed(cos-embedding(tau)), its bias's gradient read off the
+        weight's (_CosEmbed)."""
+        return _CosEmbed.apply(cosine_features(tau, self._constant("freq", 0, tau)), self.embed.weight, self.embed.bias)
 
     def forward(self, h: torch.Tensor, tau: torch.Tensor | int) -> torch.Tensor:
         if isinstance(tau, int):
@@ -165,8 +192,7 @@ class IQNHead(nn.Module):
             return F.linear(h, self.out.weight * phi, self.out.bias)[:, None, :]
         # sampled taus: the product with h and the output layer in one op (ops.iqn_head; the same math as
         # self.out(self.features(h, tau)), op for op on the reference path)
-        pre = self.embed(cosine_features(tau, self._constant("freq", 0, tau)))
-        return ops.iqn_head(h, pre, self.out.weight, self.out.bias)
+        return ops.iqn_head(h, self.embed_taus(tau), self.out.weight, self.out.bias)
 
 
 class MainNet(nn.Module):

@@ -513,3 +513,25 @@ def test_pi_value_is_pi_and_value_in_one_product_with_their_gradients():
     for a, b in zip(*grads, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
     assert all(g.abs().sum() > 0 for g in grads[0][2:])
+
+
+def test_the_iqn_embedding_reads_its_bias_gradient_off_its_weight_gradient():
+    """IQNHead.embed_taus: the cosine features' column 0 is exactly 1 (cos 0), so the bias's gradient is column 0 of
+    the weight's gradient (one GEMM over grad_pre, no column sum besides); values and gradients equal to the plain
+    nn.Linear on the same features, up to rounding."""
+    from learner.network import IQNHead, cosine_features
+
+    torch.manual_seed(3)
+    head = IQNHead(16, 3)
+    tau = torch.rand(7, 5).requires_grad_(True)
+    feats = cosine_features(tau, head._constant("freq", 0, tau))
+    assert torch.equal(feats[..., 0], torch.ones(7, 5))
+    w = torch.randn(7, 5, 16)
+    results = []
+    for pre in (head.embed_taus(tau), head.embed(feats)):
+        loss = (torch.relu(pre) * w).sum()
+        results.append((pre.detach(), *torch.autograd.grad(loss, [tau, head.embed.weight, head.embed.bias])))
+    for a, b in zip(*results, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    grad_w, grad_b = results[0][2], results[0][3]
+    assert torch.equal(grad_b, grad_w[:, 0]) and grad_b.abs().sum() > 0
