@@ -124,7 +124,8 @@ class _CosEmbed(torch.autograd.Function):
     """pre = Linear(cos-embedding(tau)) = feats @ W^T + b, whose feature 0 is cos(0 * pi * tau) = 1 exactly: the
     bias's gradient (the sum of grad_pre over the rows) is then column 0 of the weight's gradient (grad_pre^T @
     feats), so the backward reads grad_pre once, in that GEMM, not twice (the GEMM and a column sum of the same
-    [B*T, H] tensor: 32,768 x 512 floats a step at phase4_3's q_batch). The same values, summed in the GEMM's order."""
+    [B*T, H] tensor: 32,768 x 512 floats a step at phase4_3's q_batch). The same values, summed in the GEMM's order,
+    for every finite tau (the learner's are drawn in [0, 1)); a non-finite one makes its feature 0 NaN either way."""
 
     @staticmethod
     def forward(ctx, feats: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
