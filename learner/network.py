@@ -174,11 +174,12 @@ class IQNHead(nn.Module):
         on the features is affine in them, so its output on this mean IS its mean over the midpoints, at the
         cost of one tau instead of n: q_ens, qpa and the double-DQN a* need only that mean.
         """
-        if isinstance(tau, int):
-            phi = torch.relu(self.embed(self._constant("midpoints", tau, h))).mean(1, keepdim=True)
-        else:
-            phi = torch.relu(self.embed_taus(tau))
+        phi = self._midpoints_phi(tau, h)[:, None, :] if isinstance(tau, int) else torch.relu(self.embed_taus(tau))
         return h[:, None, :] * phi
+
+    def _midpoints_phi(self, n: int, like: torch.Tensor) -> torch.Tensor:
+        """[1, H]: ReLU(Linear(cos-embedding)) averaged over the n fixed midpoints (i + 0.5)/n."""
+        return torch.relu(self.embed(self._constant("midpoints", n, like))).mean(1)
 
     def embed_taus(self, tau: torch.Tensor) -> torch.Tensor:
         """[B, T] sampled taus -> pre[B, T, H] = self.embed(cos-embedding(tau)), its bias's gradient read off the
@@ -189,8 +190,7 @@ class IQNHead(nn.Module):
         if isinstance(tau, int):
             # out(h * phi) with phi [H] the midpoints' mean is h @ (W_out * phi)^T + b_out: phi folded into the
             # [N, H] weight instead of a [B, 1, H] product written and read again (same math, rounded in another order)
-            phi = torch.relu(self.embed(self._constant("midpoints", tau, h))).mean(1)
-            return F.linear(h, self.out.weight * phi, self.out.bias)[:, None, :]
+            return F.linear(h, self.out.weight * self._midpoints_phi(tau, h), self.out.bias)[:, None, :]
         # sampled taus: the product with h and the output layer in one op (ops.iqn_head; the same math as
         # self.out(self.features(h, tau)), op for op on the reference path)
         return ops.iqn_head(h, self.embed_taus(tau), self.out.weight, self.out.bias)
