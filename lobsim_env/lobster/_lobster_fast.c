@@ -386,7 +386,7 @@ static PyObject *replay(PyObject *self, PyObject *args) {
 
    A zip member's raw DEFLATE stream inflated into `out` (the member's size exactly) by libdeflate, the
    system's shared library where there is one (loaded at the first call; nothing is needed to build this
-   file): whole-buffer, about 7 times faster than zlib here. True if the result fills `out` exactly and has
+   file): whole-buffer, several times faster than zlib. True if the result fills `out` exactly and has
    CRC-32 `crc` (the zip's); False otherwise and where libdeflate is not found: the caller then reads the
    member through zipfile (zlib), which names any error as it always did. */
 typedef void *(*alloc_fn)(void);

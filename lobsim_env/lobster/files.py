@@ -1,7 +1,7 @@
 """Load and validate one LOBSTER day (message file + orderbook file) into integer numpy arrays.
 
-The format is LOBSTER's own (../shared/data/lobster/LOBSTER_SampleFiles_ReadMe.txt); the validation rules and
-their error messages are written out in docs/lobster.md.
+The format is LOBSTER's own (LOBSTER_SampleFiles_ReadMe.txt in the sample folder, lobsim_env.lobster.samples);
+the validation rules and their error messages are written out in docs/lobster.md.
 
 Two parsers, with the same arrays and the same errors (tests/test_lobster_fast.py). Where the optional
 compiled module is built (lobsim_env/lobster/_lobster_fast.c; `pip install -e .` builds it where a C compiler exists),
@@ -388,7 +388,7 @@ def _read_member(zf: zipfile.ZipFile, path: Path, name: str) -> bytes | np.ndarr
     CRC-32), else by zipfile (zlib; also what names a corrupt member).
 
     libdeflate's output goes to a numpy array, whose memory numpy asks for in 2 MB pages: a large member as a
-    bytes object costs several times more in 4 KB page faults (BENCHMARKS.md, "LOBSTER: load + replay messages per
+    bytes object costs several times more in 4 KB page faults (BENCHMARKS.md, "LOBSTER replay: messages per
     second")."""
     info = zf.getinfo(name)
     if _fast_inflate() and info.compress_type == zipfile.ZIP_DEFLATED and not info.flag_bits & 1:  # not encrypted

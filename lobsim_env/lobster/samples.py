@@ -1,8 +1,9 @@
 """Where LOBSTER's sample days are: the one home of that path for the tests, the benchmarks and any user.
 
-`FOXHUNT_LOBSTER_DATA=<folder>` when set; else `../shared/data/lobster` beside the checkout (the team's layout), else
-the team machines' copy in /work/shared (a clean clone elsewhere, as CI's).
-The folder holds LOBSTER's own sample zips (`LOBSTER_SampleFile_<SYMBOL>_2012-06-21_<LEVELS>.zip`) and their ReadMe.
+`FOXHUNT_LOBSTER_DATA=<folder>` when set; else `shared/data/lobster` in the folder that holds the checkout, else
+the team machines' copy, `TEAM_DIR` (for a clean clone elsewhere, as CI's).
+The folder holds LOBSTER's own sample zips (`LOBSTER_SampleFile_<SYMBOL>_2012-06-21_<LEVELS>.zip`, the free samples
+of lobsterdata.com) and their ReadMe.
 """
 
 from __future__ import annotations
@@ -17,12 +18,12 @@ DATE = "2012-06-21"
 
 
 TEAM_DIR = Path("/work/shared/data/lobster")
-"""The team machines' copy, for a clone that is not beside ../shared (CI's clean clone)."""
+"""The team machines' copy, for a clone with no sample folder beside it (CI's clean clone)."""
 
 
 def data_dir() -> Path:
-    """The folder of the sample zips: FOXHUNT_LOBSTER_DATA, else ../shared/data/lobster beside the checkout when it
-    exists, else the team machines' copy (it may not exist either: callers skip or say so)."""
+    """The folder of the sample zips: FOXHUNT_LOBSTER_DATA, else shared/data/lobster in the folder that holds the
+    checkout when it exists, else the team machines' copy (it may not exist either: callers skip or say so)."""
     if os.environ.get(DATA_ENV):
         return Path(os.environ[DATA_ENV])
     beside = Path(__file__).resolve().parents[3] / "shared" / "data" / "lobster"
