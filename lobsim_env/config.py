@@ -46,7 +46,7 @@ class SyntheticConfig:
     """A cancel attempt at a level with q others succeeds with probability min(1, q / queue_ref)."""
     regime_switch_prob: Annotated[float, Number(ge=0, le=1)] = 0.005
     """Per step, the latent regime (-1, 0, +1) jumps to one of the other two with this probability (mean stay
-    1 / p steps: 200). At 0.01 no policy that reads only the observation came near half the oracle's PnL
+    1 / p steps: 200). At 0.01 no simple rule that reads only the observation reached half the oracle's PnL
     (docs/market.md, "How much of the signal can be seen")."""
     signal_strength: Annotated[float, Number(ge=0, le=1, why="0 = no signal")] = 0.3
     """0 = no signal. Market buys have probability x (1 + s * regime), sells x (1 - s * regime)."""
