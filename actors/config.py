@@ -35,8 +35,8 @@ class RolloutConfig:
     worker's seed and index), a shorter first episode that the episode stats leave out, so their episodes end at
     different steps from then on and every batch mixes all phases of an episode. False: every book opens at step
     0 and the worker's books sweep the episode in lockstep, each batch from one phase of it (the learner's
-    entropy and distillation loss then cycle with the episode: BENCHMARKS.md, "Books out of phase"). Envs other
-    than the market end their episodes at their own times and ignore it."""
+    entropy and distillation loss then cycle with the episode: BENCHMARKS.md, "Learning on the synthetic
+    market"). Envs other than the market end their episodes at their own times and ignore it."""
 
     def errors(self) -> list[str]:
         """Every problem as 'rollout.field=value must ...'; empty when the config is usable."""

@@ -1,4 +1,4 @@
-"""The four kill rules of the seed (DESIGN.md, "diag.jsonl and the monitor"), as state over diag records.
+"""The four kill rules of the seed (docs/design.md, "diag.jsonl and the monitor"), as state over diag records.
 
 Any one stops the run, checked on every learner step in this order:
   1. non_finite        nan_abort_step > 0, or any numeric value of the record is NaN or +-inf;
@@ -48,7 +48,7 @@ class KillConfig:
     from successive differences: sqrt(pi)/2 x EMA of |qpa_t - qpa_(t-1)| (same decay as qpa_ema), which a slow
     drift hardly moves and one jump (a sudden collapse) moves by (1 - decay) x the jump only. Why: with two actions
     a learning run's qpa is noisy enough to cross the point-estimate rule, while the market's collapses are far
-    below it with little noise (the numbers: BENCHMARKS.md, "The qpa rule with two actions")."""
+    below it with little noise (the numbers: BENCHMARKS.md, "Other Gymnasium envs: CartPole-v1")."""
     dueling_ratio_max: Annotated[float, Number(gt=0)] = 100.0
     """Kill when l_dueling exceeds this multiple of the l_q reference (l_c51)."""
     dueling_min_reference: Annotated[float, Number(ge=0)] = 1e-6

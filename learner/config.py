@@ -1,4 +1,4 @@
-"""LearnerConfig: network sizes, losses, optimiser and replay of the learner (DESIGN.md, learner section).
+"""LearnerConfig: network sizes, losses, optimiser and replay of the learner (docs/design.md, "The learner").
 
 Sizes are config; the semantics (which head feeds which loss) are fixed in code, except for the switches that
 replay the seed's failed designs as ablations (c51_scalar_v, iqn_dueling, iqn_baseline: all off in Plan A v2

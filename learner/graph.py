@@ -1,8 +1,8 @@
 """The Learner's CUDA graph: one captured CUDA graph per steady-state update, replayed.
 
-An eager `Learner.update` on a GPU spends most of its time launching ~420 kernels from Python and waiting on ~12
-host syncs, not computing (BENCHMARKS.md, "A full Learner.update"). Three changes remove that overhead without
-changing what is learned:
+An eager `Learner.update` on a GPU spends most of its time launching hundreds of small kernels from Python and
+waiting on about a dozen host syncs, not computing (BENCHMARKS.md, "The learner's update"). Three things remove
+that overhead without changing what is learned:
 
 1. The device guard (Learner._guarded_step, in learner.learner): the shared backward (Learner._backward: ONE
    backward of `loss + l_dueling`, bit-identical to two since h is detached, grad norms, finite check), then

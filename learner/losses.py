@@ -1,4 +1,4 @@
-"""The learner's losses, each a small pure function readable beside its equation (DESIGN.md, learner section).
+"""The learner's losses, each a small pure function readable beside its equation (docs/design.md, "The learner").
 
 The hot ones (C51 projection, IQN quantile Huber, dueling Bellman target and Huber, GAE) are custom ops in
 learner.ops (CUDA kernels with pure-PyTorch references); the rest are a few lines of torch. The on-policy losses

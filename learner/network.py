@@ -1,6 +1,6 @@
 """The learner's network: shared encoder -> C51 | IQN | pi | V_scalar, plus the encapsulated DuelingQHead.
 
-Layout (DESIGN.md): encoder obs -> h[B,H]; C51 logits [B,N,Z]; IQN quantiles [B,T,N] from a 64-feature
+Layout (docs/design.md): encoder obs -> h[B,H]; C51 logits [B,N,Z]; IQN quantiles [B,T,N] from a 64-feature
 cosine embedding of tau multiplied into h; policy logits [B,N]; V_scalar [B]. The DuelingQHead has its own
 weights, its own RNG for initialisation and sees only a detached h: it must not perturb the other heads at
 all (the seed's Phase 4; every earlier way of mixing dueling into C51/IQN collapsed qpa on the cluster).

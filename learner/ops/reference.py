@@ -2,7 +2,7 @@
 
 Each function works on any device and in float32 or float64, is differentiable exactly where the op is
 (and nowhere else: non-differentiable inputs are detached so the reference and the custom op agree), and
-is what `learner.ops` runs when no CUDA extension is loaded. They are written to be read beside DESIGN.md,
+is what `learner.ops` runs when no CUDA extension is loaded. They are written to be read beside docs/design.md,
 not to be fast; torch.compile of them is the baseline the kernels are measured against.
 """
 
