@@ -34,10 +34,9 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root
 
-import regime_filter as rf
-
+from benchmarks import regime_filter as rf
 from lobsim_env.baselines import _position, _trade_towards, run_episodes
 from lobsim_env.config import MarketConfig
 from lobsim_env.env import LobVectorEnv

@@ -11,7 +11,7 @@
     python benchmarks/gpu_check.py census  --json F       # (CPU, no GPU needed) the captured update's launches, counted
 
 The numbers are tests, skipped without CUDA: the kernels (every op against the float64 reference, gradients,
-opcheck) in tests/test_kernels_cuda.py, on the shared harness in tests/kernel_checks.py, which `sanitize` runs
+opcheck) in tests/test_kernels_cuda.py, on the shared harness in learner/ops/checks.py, which `sanitize` runs
 once; the CUDA learner (the captured graph against eager, minibatch steps against one update each, TF32) in
 tests/test_learner_cuda.py. This script keeps the build, the sanitizer's workload and the timings.
 benchmarks/gpu_check.sh runs pytest on them and these stages in one call and copies the logs and JSON to $OUT.
@@ -33,10 +33,10 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.rollouts import torch_rollout  # noqa: E402
 from learner import ops  # noqa: E402
 from learner.ops import reference as ref  # noqa: E402
-from tests.kernel_checks import F32, F64, SIZES, check_size, make_inputs  # noqa: E402
-from tests.learner_batches import torch_rollout  # noqa: E402
+from learner.ops.checks import F32, F64, SIZES, check_size, make_inputs  # noqa: E402
 
 # -------------------------------------------------------------------------------------------- sanitize
 

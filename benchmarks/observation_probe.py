@@ -32,10 +32,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root
 
-import regime_filter as rf
-
+from benchmarks import regime_filter as rf
 from lobsim_env.config import MarketConfig
 from lobsim_env.env import LobVectorEnv
 from lobsim_env.market import Action, obs_size

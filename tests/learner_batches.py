@@ -1,4 +1,5 @@
-"""Small random rollouts and the smoke learner config shared by the learner's test files."""
+"""Small random numpy rollouts and the smoke learner config shared by the learner's test files. The torch rollouts
+of the CUDA learner tests are benchmarks/rollouts.py's, which benchmarks/gpu_check.py times the learner on."""
 
 from __future__ import annotations
 
@@ -6,7 +7,6 @@ import dataclasses
 import math
 
 import numpy as np
-import torch
 
 from foxhunt_ray.presets import preset
 
@@ -38,22 +38,3 @@ def random_rollout(rng, t_len=6, b=4, version=0, end_p=0.15, logp_noise=0.0, *, 
         batch["behaviour_logp"] += (logp_noise * rng.standard_normal((t_len, b))).astype(np.float32)
     return batch
 
-
-def torch_rollout(t_len: int, b: int, obs_dim: int, n_actions: int, seed: int, autoreset: bool = False) -> dict:
-    """A time-major rollout of torch tensors from its own generator (CPU): the CUDA learner tests' and the
-    timings' input. With autoreset, about 5 % of the steps after the first are autoreset steps (not
-    transitions)."""
-    g = torch.Generator().manual_seed(seed)
-    valid = torch.ones(t_len, b, dtype=torch.bool)
-    if autoreset:
-        valid[1:] = torch.rand(t_len - 1, b, generator=g) > 0.05
-    return {
-        "obs": torch.randn(t_len + 1, b, obs_dim, generator=g),
-        "actions": torch.randint(0, n_actions, (t_len, b), generator=g),
-        "rewards": torch.randn(t_len, b, generator=g),
-        "terminated": torch.rand(t_len, b, generator=g) < 0.02,
-        "truncated": torch.rand(t_len, b, generator=g) < 0.02,
-        "behaviour_logp": -torch.rand(t_len, b, generator=g) * 2.2,
-        "valid": valid,
-        "policy_version": 0,
-    }

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 from pathlib import Path
@@ -10,12 +9,7 @@ from pathlib import Path
 import pytest
 
 from actors.kill_rules import KillConfig
-
-_SPEC = importlib.util.spec_from_file_location(
-    "ablation_table", Path(__file__).resolve().parent.parent / "benchmarks" / "ablation_table.py"
-)
-ablation_table = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(ablation_table)
+from benchmarks import ablation_table
 
 
 def _run(tmp: Path, preset: str, qpa, pnl, status="done", rule=None) -> dict:

@@ -3,8 +3,6 @@ foxhunt's learner sees (standardised observation, scaled reward, staggered first
 plays the held-out episodes the baselines play."""
 
 import dataclasses
-import importlib.util
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,16 +10,11 @@ import torch
 
 from actors.config import RolloutConfig
 from actors.rollout import RolloutWorker
+from benchmarks import bench_rllib as br
 from foxhunt_ray.presets import run_preset
 from lobsim_env import LobVectorEnv
 from lobsim_env.baselines import POLICIES
 from lobsim_env.market import Action, obs_size
-
-_SPEC = importlib.util.spec_from_file_location(
-    "bench_rllib", Path(__file__).resolve().parents[1] / "benchmarks" / "bench_rllib.py"
-)
-br = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(br)
 
 MARKET = dataclasses.replace(run_preset("phase4_3").market, horizon=60)
 DIM = obs_size(MARKET)

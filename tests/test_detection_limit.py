@@ -1,21 +1,14 @@
 """benchmarks/detection_limit.py: the oracle told the regime late, OFI, and the filter's detection delays."""
 
 import dataclasses
-import importlib.util
-from pathlib import Path
 
 import numpy as np
 import pytest
 
+from benchmarks import detection_limit as dl
 from foxhunt_ray.presets import run_preset
 from lobsim_env.baselines import oracle, run_episodes
 from lobsim_env.seeds import heldout_seed
-
-_SPEC = importlib.util.spec_from_file_location(
-    "detection_limit", Path(__file__).resolve().parents[1] / "benchmarks" / "detection_limit.py"
-)
-dl = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(dl)
 
 CFG = run_preset("phase4_3").market
 

@@ -3,15 +3,9 @@ kernel names cut to what tells them apart, and the stage itself on the CPU (leaf
 
 from __future__ import annotations
 
-import importlib.util
 import re
-from pathlib import Path
 
-_SPEC = importlib.util.spec_from_file_location(
-    "gpu_check", Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_check.py"
-)
-gc = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(gc)
+from benchmarks import gpu_check as gc
 
 
 def test_a_launch_belongs_to_the_innermost_region_running_when_it_starts():

@@ -1,6 +1,6 @@
 """The CUDA kernels against the float64 reference (skipped without a CUDA device, as extension-cpp's tests are).
 
-Every op forward and backward at the six sizes of tests/kernel_checks.SIZES in float32 and float64, outputs
+Every op forward and backward at the six sizes of learner.ops.checks.SIZES in float32 and float64, outputs
 poisoned with NaN first, bitwise repeats; `torch.library.opcheck` on every op on CUDA; a bad input's message.
 The extension is built with `learner.ops.set_backend("cuda")`, so a kernel that does not build fails here
 rather than skipping. FOXHUNT_REQUIRE_CUDA=1 turns the skip into a failure (benchmarks/gpu_check.sh sets it:
@@ -19,7 +19,7 @@ import torch
 
 from learner import ops
 from learner.ops import library, reference
-from tests.kernel_checks import CHECKS_PER_SIZE, F32, F64, SIZES, TOL, check_size
+from learner.ops.checks import CHECKS_PER_SIZE, F32, F64, SIZES, TOL, check_size
 from tests.test_ops_library import sample_inputs
 
 needs_cuda = pytest.mark.skipif(
@@ -129,7 +129,7 @@ def test_a_bad_input_on_the_cuda_path_is_named(kernels):
 @DTYPES
 def test_the_checks_run_on_the_cpu_reference(dtype):
     """The harness itself, on any machine: CPU tensors take the reference, so every check passes and a typo in
-    tests/kernel_checks.py fails CI rather than the next GPU run."""
+    learner/ops/checks.py fails CI rather than the next GPU run."""
     rows: list[dict] = []
     check_size(SIZES[0], dtype, "cpu", seed=1000, results=rows)
     assert len(rows) == CHECKS_PER_SIZE

@@ -19,11 +19,12 @@ import numpy as np
 import pytest
 import torch
 
+from benchmarks.rollouts import torch_rollout
 from foxhunt_ray.presets import preset
 from learner import diag as D
 from learner.config import FaultInjection
 from learner.learner import Learner
-from tests.learner_batches import random_rollout, torch_rollout
+from tests.learner_batches import random_rollout
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 

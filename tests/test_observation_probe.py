@@ -1,19 +1,12 @@
 """benchmarks/observation_probe.py: what a classifier of the regime is given from one observation."""
 
 import dataclasses
-import importlib.util
-from pathlib import Path
 
 import numpy as np
 
+from benchmarks import observation_probe as op
 from foxhunt_ray.presets import run_preset
 from lobsim_env.market import obs_index, obs_size
-
-_SPEC = importlib.util.spec_from_file_location(
-    "observation_probe", Path(__file__).resolve().parents[1] / "benchmarks" / "observation_probe.py"
-)
-op = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(op)
 
 PLAIN = dataclasses.replace(run_preset("phase4_3").market, horizon=120, depth_flow_ticks=0)
 CFG = dataclasses.replace(PLAIN, depth_flow_ticks=op.DEPTH_FLOW_TICKS)

@@ -4,22 +4,15 @@ posterior tracks the hidden regime far better than chance, and it out-earns `imb
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
-from pathlib import Path
 
 import numpy as np
 import pytest
 
+from benchmarks import regime_filter as rf
 from foxhunt_ray.presets import run_preset
 from lobsim_env.baselines import imbalance, run_episodes
 from lobsim_env.env import LobVectorEnv
 from lobsim_env.seeds import heldout_seed
-
-_SPEC = importlib.util.spec_from_file_location(
-    "regime_filter", Path(__file__).resolve().parent.parent / "benchmarks" / "regime_filter.py"
-)
-rf = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(rf)
 
 EPISODES = 64
 

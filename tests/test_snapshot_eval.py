@@ -1,19 +1,13 @@
 """benchmarks/snapshot_eval.py: every snapshot acts as its checkpoint's greedy agent on the same episodes."""
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 import torch
 
+from benchmarks import snapshot_eval
 from foxhunt_ray import driver
 from foxhunt_ray.evaluate import evaluate_run
-
-_SPEC = importlib.util.spec_from_file_location(
-    "snapshot_eval", Path(__file__).resolve().parents[1] / "benchmarks" / "snapshot_eval.py"
-)
-snapshot_eval = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(snapshot_eval)
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

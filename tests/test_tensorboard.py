@@ -13,7 +13,7 @@ import pytest
 from actors import tensorboard as tb
 from tests.test_driver import run
 
-ROOT = Path(__file__).resolve().parents[1]
+DATA = Path(__file__).resolve().parent / "data"
 
 
 def _varint(buf: bytes, i: int) -> tuple[int, int]:
@@ -132,8 +132,8 @@ def test_a_synthetic_evaluation_is_a_point_on_the_runs_curves_and_a_lobster_day_
 
     from foxhunt_ray import evaluations
 
-    kept = ROOT / "benchmarks/results/gpu_learning_20261203/synthetic-fold0-step00014019-64ep-h1000-pi.json"
-    record = json.loads(kept.read_text())  # a real record: the H200 run's
+    kept = DATA / "synthetic-fold0-step00014019-64ep-h1000-pi.json"
+    record = json.loads(kept.read_text())  # a real record: the H200 run of 2026-12-03 (commit a43ff48), 0.780
     evaluations.write_record(tmp_path, record)
     (path,) = tmp_path.glob(tb.EVENTS_PREFIX + ".*")
     (ev,) = [e for e in read_events(path) if e["scalars"]]

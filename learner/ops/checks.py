@@ -1,9 +1,18 @@
 """The kernels' numbers: every foxhunt op against the float64 reference at one size, with its gradients.
 
-tests/test_kernels_cuda.py runs `check_size` on the CUDA kernels at every size in `SIZES` and both dtypes;
-benchmarks/gpu_check.py runs it once at SIZES[1] under compute-sanitizer (`sanitize`) and times the ops on
-`make_inputs`. On CPU tensors the ops take the reference, so `check_size(..., device="cpu")` tests this
-harness itself (tests/test_kernels_cuda.py does, on every machine).
+A built extension is checked with `check_size` on CUDA tensors: one row per output and gradient, each within
+TOL of the reference computed in float64 (or no worse than the reference itself in that dtype), and bitwise
+repeats. On a machine with a GPU:
+
+    from learner.ops.checks import F32, SIZES, check_size
+    rows = []
+    check_size(SIZES[1], F32, "cuda", seed=0, results=rows)
+    assert all(r["ok"] for r in rows), [r for r in rows if not r["ok"]]
+
+tests/test_kernels_cuda.py runs it at every size in `SIZES` and both dtypes; benchmarks/gpu_check.py runs it
+once at SIZES[1] under compute-sanitizer (`sanitize`) and times the ops on `make_inputs`. On CPU tensors the ops
+take the reference, so `check_size(..., device="cpu")` tests this harness itself (tests/test_kernels_cuda.py
+does, on every machine).
 """
 
 from __future__ import annotations
