@@ -72,19 +72,26 @@ def xz(src: Path, members: list[str], dest: Path) -> None:
     print(f"{dest.relative_to(ROOT)}: {dest.stat().st_size / 2**20:.1f} MiB")
 
 
+def unzip(wheel: Path, dest: Path, members: list[str] | None = None) -> None:
+    """Extract a wheel keeping each file's mode bits (zipfile drops them: raylet and gcs_server must stay
+    executable)."""
+    with zipfile.ZipFile(wheel) as z:
+        for info in z.infolist():
+            if members is None or info.filename in members:
+                path = Path(z.extract(info, dest))
+                mode = (info.external_attr >> 16) & 0o777
+                if mode and not info.is_dir():
+                    path.chmod(mode)
+
+
 def site_bundle(work: Path) -> None:
     site = work / "site"
     for wheel in download(pinned(SITE), work / "whl"):
-        with zipfile.ZipFile(wheel) as z:
-            z.extractall(site)
+        unzip(wheel, site)
     for part in RAY_LEFT_OUT:
         shutil.rmtree(site / "ray" / part, ignore_errors=True)
     for binary in RAY_BINARIES:
-        path = site / "ray" / binary
-        path.chmod(0o755)  # zipfile drops the mode bits: raylet and gcs_server must stay executable
-        subprocess.run(["strip", "--strip-unneeded", str(path)], check=True)
-    for script in (site / "bin").glob("*") if (site / "bin").is_dir() else ():
-        script.chmod(0o755)
+        subprocess.run(["strip", "--strip-unneeded", str(site / "ray" / binary)], check=True)
     xz(site, ["."], OUT / "site.tar.xz")
 
 
@@ -93,13 +100,11 @@ def rllib_bundle(work: Path) -> None:
     out = work / "rl"
     out.mkdir()
     with zipfile.ZipFile(ray_wheel) as z:
-        for name in z.namelist():
-            if name.split("/")[1:2] and name.split("/")[1] in ("rllib", "tune", "data", "train"):
-                z.extract(name, work / "rayparts")
+        parts = [n for n in z.namelist() if n.split("/")[1:2] and n.split("/")[1] in ("rllib", "tune", "data", "train")]
+    unzip(ray_wheel, work / "rayparts", parts)
     shutil.move(work / "rayparts" / "ray", out / "rlray")
     for wheel in download(pinned(RLLIB), work / "rlwhl"):
-        with zipfile.ZipFile(wheel) as z:
-            z.extractall(out / "rlsite")
+        unzip(wheel, out / "rlsite")
     xz(out, ["rlray", "rlsite"], OUT / "rllib.tar.xz")
 
 
