@@ -41,7 +41,11 @@ TIMINGS_FILE = "timings.json"
 class Progress:
     """The progress bar: done fraction, updates, env steps/s, qpa_ema, pnl (the market) or the mean episode
     return (any other env), and the time left. On a terminal it redraws one line in place (every `tty_every_s`);
-    elsewhere (a log, a pipe, `ray job logs`) it prints a line every `every_s` seconds."""
+    elsewhere (a log, a pipe, `ray job logs`) it prints a line every `every_s` seconds.
+
+    The bar measures whichever bound ends the run first, and says which: the time budget (`52% of 240 s  update
+    2328`: the update count alone, the step cap being far away, like local's 1,000,000 placeholder) or the
+    updates (`52% update 2328/5000`)."""
 
     WIDTH = 20
 
@@ -72,10 +76,13 @@ class Progress:
         else:
             outcome = f"return {rec.get(EPISODE_RETURN_MEAN, float('nan')):.1f} (last 100 episodes)"
         step = int(rec["step"])
-        done = self._done_fraction(step, elapsed)
+        by_steps, by_time = self._fractions(step, elapsed)
+        done = min(1.0, max(by_steps, by_time))
         bar = "#" * round(done * self.WIDTH)
+        # the bound that ends the run first: the time budget (the update count without its distant cap) or the steps
+        where = f"of {self.time_limit_s:g} s  update {step}" if by_time > by_steps else f"update {step}/{self.total}"
         line = (
-            f"[{elapsed:7.1f}s] [{bar:<{self.WIDTH}}] {100 * done:3.0f}% update {step}/{self.total}  env steps "
+            f"[{elapsed:7.1f}s] [{bar:<{self.WIDTH}}] {100 * done:3.0f}% {where}  env steps "
             f"{env:,} ({(env - self.env0) / elapsed:,.0f}/s)  qpa_ema {rec.get('qpa_ema', float('nan')):+.3f}  "
             f"{outcome}  ETA {self._eta(done, elapsed)}"
         )
@@ -95,11 +102,12 @@ class Progress:
             self.stream.flush()
             self.open_line = False
 
-    def _done_fraction(self, step: int, elapsed: float) -> float:
-        """The larger of the updates done and the time used, as a share of the run (its steps or time limit)."""
+    def _fractions(self, step: int, elapsed: float) -> tuple[float, float]:
+        """(the updates done as a share of the run's steps, the time used as a share of its time limit: 0 without
+        one); the run ends when either reaches 1."""
         by_steps = (step - self.first_step) / max(self.total - self.first_step, 1)
         by_time = elapsed / self.time_limit_s if self.time_limit_s else 0.0
-        return min(1.0, max(by_steps, by_time))
+        return by_steps, by_time
 
     @staticmethod
     def _eta(done: float, elapsed: float) -> str:

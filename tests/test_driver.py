@@ -567,7 +567,7 @@ def test_progress_bar_shows_the_share_done_and_the_time_left(tmp_path):
     p = Progress(limited, every_s=0.0, stream=log)
     p.start -= 10.0
     p.show({"step": 5, "env_steps": 0, "qpa_ema": 0.0, "pnl_cum_usd": 0.0})
-    assert " 25% update 5/1000000" in log.getvalue() and "ETA 30s" in log.getvalue()  # the time limit sets the pace
+    assert " 25% of 40 s  update 5  env steps" in log.getvalue() and "ETA 30s" in log.getvalue()  # the time limit
 
 
 def test_progress_eta_rounds_whole_seconds_before_splitting_minutes():
