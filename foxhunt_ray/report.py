@@ -5,17 +5,19 @@ copied into a temporary folder first: config.json, diag.jsonl, summary.json, and
 `python -m foxhunt_ray.evaluate` keeps, evaluations/*.json, or an older run's evaluation.json) and writes, into
 `--out` (default `reports/<timestamp>/`):
 
-- one PNG per plot kind, the runs overlaid and labelled `<preset> seed <seed>`: pnl_cum_usd.png, qpa.png (qpa thin,
-  qpa_ema thick, the kill threshold and the warm-up step), losses.png (one panel per loss), values.png (V_dq
-  against V_scalar), throughput.png (env steps/s and updates/s, smoothed); a killed run's kill is marked (a
-  vertical line and the rule's name) at its step on every panel;
+- one PNG per plot kind, the runs overlaid and labelled `<preset> seed <seed>`: pnl_cum_usd.png (the market),
+  episode_return_mean.png (any other env: the mean return of the last 100 episodes), qpa.png (qpa thin, qpa_ema
+  thick, the kill threshold and the warm-up step), losses.png (one panel per loss), values.png (V_dq against
+  V_scalar), throughput.png (env steps/s and updates/s, each the growth of the count over a trailing window of wall
+  time, and over the whole run in the legend); a killed run's kill is marked (a vertical line and the rule's name)
+  at its step on every panel;
 - report.md: the runs, the table and the plots. The table, one row per run, holds the status (a kill with its
-  rule, step and value, like the seed's "❌ Cluster step 745: qpa=-0.93") and the values of qpa_ema, pnl_cum_usd,
-  l_c51 and l_dueling at equal steps (25 %, 50 % and 100 % of the shortest run, or `--steps`), so runs are
-  compared where all of them got to; plus the newest synthetic held-out evaluation when there is one. Then every
-  evaluation, one row each, with its market (synthetic or LOBSTER), fold or day, checkpoint and episodes; a row of
-  a real LOBSTER day says it has no oracle, is one day and lies outside the training distribution, and the notes
-  under the table say so in full. Both are also printed.
+  rule, step and value, like the seed's "❌ Cluster step 745: qpa=-0.93") and the values of qpa_ema, pnl_cum_usd
+  (or episode_return_mean on another env), l_c51 and l_dueling at equal steps (25 %, 50 % and 100 % of the
+  shortest run, or `--steps`), so runs are compared where all of them got to; plus the newest synthetic held-out
+  evaluation when there is one. Then every evaluation, one row each, with its market (synthetic or LOBSTER), fold
+  or day, checkpoint and episodes; a row of a real LOBSTER day says it has no oracle, is one day and lies outside
+  the training distribution, and the notes under the table say so in full. Both are also printed.
 
 A run folder is only read, never written. A key a run does not log (no dueling head: v_dq_mean and l_dueling are
 0; a market without pnl) is left out of that run's plots, and a plot no run has data for is skipped with a note.
@@ -65,7 +67,12 @@ REPORT_FILE = "report.md"
 RUN_FILES = (DIAG_FILE, SUMMARY_FILE, CONFIG_FILE)
 """A folder holding any of these is a run folder: a report is never written into one."""
 TABLE_KEYS: tuple[str, ...] = ("qpa_ema", "pnl_cum_usd", "l_c51", "l_dueling")
-"""The diag keys the table shows at each of its steps."""
+"""The diag keys the table shows at each of its steps for runs on the market (table_keys: other envs')."""
+RETURN_KEY = "episode_return_mean"
+"""What a run on an env without pnl (CartPole, ...) logs of its outcome: the mean return of its last 100 ended
+episodes (actors.episode_stats). The market logs it too (its episode return is its pnl), and is shown by
+pnl_cum_usd."""
+
 DEFAULT_FRACTIONS: tuple[float, ...] = (0.25, 0.5, 1.0)
 """Default table steps: these fractions of the shortest run's last step."""
 MAX_POINTS = 2000
@@ -86,6 +93,8 @@ class Run:
     path: Path
     label: str
     preset: str | None
+    env_id: str | None
+    """The Gymnasium env the run trained (None for a run of code that stamped none: the market)."""
     seed: int | None
     fold: int | None
     code_sha: str | None
@@ -251,6 +260,7 @@ def load_run(run_dir: str | Path) -> Run:
         path=path,
         label="",
         preset=run_cfg.get("preset", first.get("preset")),
+        env_id=run_cfg.get("env_id", first.get("env_id")),
         seed=run_cfg.get("seed"),
         fold=fold if isinstance(fold, int) else None,
         code_sha=(config or {}).get("code_sha", first.get("code_sha")),
@@ -310,9 +320,10 @@ def load_runs(run_dirs: Sequence[str | Path], log: Log = print) -> list[Run]:
         run = load_run(d)
         runs.append(run)
         torn = "; a partial last line skipped" if run.torn_tail else ""
+        env = f", trained on {run.env_id}" if run.env_id else ""
         log(
             f"loaded run {i}/{len(run_dirs)} {run.path}: {len(run.steps):,} steps to {run.last_step}, "
-            f"{run.status}{torn} ({time.perf_counter() - start:.2f}s)"
+            f"{run.status}{torn}{env} ({time.perf_counter() - start:.2f}s)"
         )
     label_runs(runs)
     return runs
@@ -394,9 +405,27 @@ def _evaluation(run: Run) -> tuple[float | None, float | None, int | None]:
     return num(agent.get("pnl_usd_mean")), num(ev.get("oracle_fraction")), step if isinstance(step, int) else None
 
 
+def shows_return(run: Run) -> bool:
+    """The run's outcome is its episode_return_mean: it logs that and no pnl_cum_usd (an env other than the market)."""
+    return RETURN_KEY in run.columns and "pnl_cum_usd" not in run.columns
+
+
+def table_keys(runs: Sequence[Run]) -> tuple[str, ...]:
+    """TABLE_KEYS, with episode_return_mean after qpa_ema when a run's outcome is its return (shows_return), and
+    pnl_cum_usd left out when no run logs it but some run shows its return."""
+    has_return = any(shows_return(r) for r in runs)
+    has_pnl = any("pnl_cum_usd" in r.columns for r in runs)
+    keys = [k for k in TABLE_KEYS if k != "pnl_cum_usd" or has_pnl or not has_return]
+    if has_return:
+        keys.insert(keys.index("qpa_ema") + 1, RETURN_KEY)
+    return tuple(keys)
+
+
 def table_rows(runs: Sequence[Run], steps: Sequence[int]) -> list[dict]:
-    """One dict per run: label, preset, code, status, last_step, values {(key, step): float | None}, and the
-    newest synthetic evaluation (eval_pnl_usd, oracle_fraction, eval_step; None where there is none)."""
+    """One dict per run: label, preset, code, status, last_step, values {(key, step): float | None} for the keys
+    of table_keys(runs), and the newest synthetic evaluation (eval_pnl_usd, oracle_fraction, eval_step; None where
+    there is none)."""
+    keys = table_keys(runs)
     rows = []
     for r in runs:
         pnl, frac, ev_step = _evaluation(r)
@@ -407,7 +436,7 @@ def table_rows(runs: Sequence[Run], steps: Sequence[int]) -> list[dict]:
                 "code": short_sha(r.code_sha),
                 "status": status_cell(r),
                 "last_step": r.last_step,
-                "values": {(k, s): r.value(k, s) for k in TABLE_KEYS for s in steps},
+                "values": {(k, s): r.value(k, s) for k in keys for s in steps},
                 "eval_pnl_usd": pnl,
                 "oracle_fraction": frac,
                 "eval_step": ev_step,
@@ -427,15 +456,16 @@ def runs_table(runs: Sequence[Run], steps: Sequence[int] | None = None) -> str:
         label_runs(runs)
     steps = list(steps) if steps else default_steps(runs)
     rows = table_rows(runs, steps)
+    keys = table_keys(runs)
     with_eval = any(r.evaluation is not None for r in runs)
-    head = ["run", "preset", "code_sha", "status", "last step"] + [f"{k}@{s}" for k in TABLE_KEYS for s in steps]
+    head = ["run", "preset", "code_sha", "status", "last step"] + [f"{k}@{s}" for k in keys for s in steps]
     if with_eval:
         head += [SYNTHETIC_PNL, "oracle fraction", "eval ckpt"]
     align = ["---"] * 4 + ["---:"] * (len(head) - 4)
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join(align) + "|"]
     for row in rows:
         cells = [row["label"], row["preset"] or MISSING, row["code"], row["status"], str(row["last_step"])]
-        cells += [format_value(k, row["values"][(k, s)]) for k in TABLE_KEYS for s in steps]
+        cells += [format_value(k, row["values"][(k, s)]) for k in keys for s in steps]
         if with_eval:
             cells += [
                 format_value("pnl_usd", row["eval_pnl_usd"]),
@@ -631,6 +661,21 @@ def plot_pnl(runs: Sequence[Run], max_points: int = MAX_POINTS) -> Figure | None
     return fig
 
 
+def plot_returns(runs: Sequence[Run], max_points: int = MAX_POINTS) -> Figure | None:
+    """episode_return_mean of the runs on an env without pnl (CartPole, ...): how they learn, as pnl_cum_usd shows
+    it for the market."""
+    have = [(i, r) for i, r in enumerate(runs) if shows_return(r)]
+    if not have:
+        return None
+    fig, (ax,) = _figure()
+    for i, r in have:
+        ax.plot(*_series(r, RETURN_KEY, max_points), color=_colour(i), label=r.label, linewidth=1.6)
+        _mark_kill(ax, r, _colour(i))
+    _finish(ax, f"{RETURN_KEY}: mean return of the last 100 ended episodes", "episode return")
+    ax.legend(fontsize=8)
+    return fig
+
+
 def _groups(have: list[tuple[int, Run]], key: Callable[[Run], float]) -> list[tuple[float, list[tuple[int, Run]]]]:
     """(value, the (index, run) pairs that have it) for each distinct key(run), in increasing value."""
     return [(v, [(i, r) for i, r in have if key(r) == v]) for v in sorted({key(r) for _, r in have})]
@@ -727,25 +772,80 @@ def plot_values(runs: Sequence[Run], max_points: int = MAX_POINTS) -> Figure | N
     return fig
 
 
+THROUGHPUT_KEYS: dict[str, str] = {"env_steps_per_s": "env_steps", "updates_per_s": "step"}
+"""A throughput panel -> the cumulative count of the step lines whose growth a second it shows."""
+RESUME_GAP_S = 60.0
+"""A gap between two step lines longer than this (and than the rate window) is a resume's downtime, not the run's."""
+
+
+def _counts(run: Run, key: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(steps, wall time, count) of the step lines that carry both the time and the count of THROUGHPUT_KEYS[key]."""
+    count = THROUGHPUT_KEYS[key]
+    if "time" not in run.columns or (count != "step" and count not in run.columns):
+        return run.steps[:0], np.zeros(0), np.zeros(0)
+    ok = run.present["time"] & (run.present[count] if count != "step" else True)
+    c = run.steps.astype(float) if count == "step" else run.columns[count]
+    return run.steps[ok], np.maximum.accumulate(run.columns["time"][ok]), c[ok]
+
+
+def rate_window_s(run: Run) -> float:
+    """The wall time a run's throughput is measured over: a 25th of the run's span, within [2 s, 60 s] (less for a
+    run shorter than 8 s: a quarter of it)."""
+    t = run.columns["time"][run.present["time"]] if "time" in run.columns else np.zeros(0)
+    span = float(t.max() - t.min()) if len(t) else 0.0
+    return min(60.0, max(span / 25, min(2.0, span / 4)))
+
+
+def throughput(run: Run, key: str) -> tuple[np.ndarray, np.ndarray]:
+    """(steps, rate) for `key` of THROUGHPUT_KEYS at each step line: the count's growth over the trailing
+    rate_window_s of wall time, divided by the time it took (NaN until the window is a quarter full, as after a
+    resume's gap). Not the lines' own updates_per_s / env_steps_per_s: those are over the time since the line before,
+    and the monitor writes the lines of one learner answer microseconds apart, so they spike to thousands a second
+    and their mean ranks runs by how their lines bunch up, not by how fast they train."""
+    steps, t, c = _counts(run, key)
+    window = rate_window_s(run)
+    if not len(t) or window <= 0:
+        return steps, np.full(len(steps), np.nan)
+    first = np.searchsorted(t, t - window, side="left")  # the oldest line within the window
+    dt = t - t[first]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return steps, np.where(dt >= window / 4, (c - c[first]) / dt, np.nan)
+
+
+def overall_rate(run: Run, key: str) -> float | None:
+    """The count's growth a second over the run's wall time, a resume's downtime left out (gaps between lines longer
+    than RESUME_GAP_S and the rate window); None without two timed lines."""
+    _, t, c = _counts(run, key)
+    if len(t) < 2:
+        return None
+    dt, dc = np.diff(t), np.diff(c)
+    running = dt <= max(RESUME_GAP_S, rate_window_s(run))
+    busy = float(dt[running].sum())
+    return float(dc[running].sum()) / busy if busy > 0 else None
+
+
 def plot_throughput(runs: Sequence[Run], max_points: int = MAX_POINTS) -> Figure | None:
-    keys = ("env_steps_per_s", "updates_per_s")
-    if not any(k in r.columns for r in runs for k in keys):
+    """env steps and updates a second, each run's over a trailing window of wall time, its rate over the whole run
+    in the legend."""
+    if not any(len(_counts(r, key)[1]) for r in runs for key in THROUGHPUT_KEYS):
         return None
     fig, axes = _figure(1, 2, size=(13, 5))
-    for ax, key in zip(axes, keys, strict=True):
-        have = [(i, r) for i, r in enumerate(runs) if key in r.columns]
+    for ax, key in zip(axes, THROUGHPUT_KEYS, strict=True):
+        have = [(i, r) for i, r in enumerate(runs) if len(_counts(r, key)[1])]
         for i, r in have:
-            c = _colour(i)
-            window = max(5, int(r.present[key].sum()) // 50)
-            ax.plot(*_series(r, key, max_points), color=c, linewidth=0.6, alpha=0.3)
-            ax.plot(*_series(r, key, max_points, window), color=c, linewidth=1.6, label=f"{r.label} (mean of {window})")
-            _mark_kill(ax, r, c)
-        if not have:
-            _no_data(ax, f"no run logs {key}")
+            overall = overall_rate(r, key)
+            label = r.label + (f" ({overall:,.1f}/s over the run)" if overall is not None else "")
+            ax.plot(*downsample(*throughput(r, key), max_points), color=_colour(i), linewidth=1.6, label=label)
+            _mark_kill(ax, r, _colour(i))
         ax.set_ylim(bottom=0)
-        _finish(ax, key + " (faint: each update; solid: trailing mean)", key)
-        if have:
-            ax.legend(fontsize=8)
+        if not have:
+            _no_data(ax, f"no run logs the {THROUGHPUT_KEYS[key]} and time of its lines")
+            _finish(ax, key, key)
+            continue
+        windows = sorted({rate_window_s(r) for _, r in have})
+        over = f"{windows[0]:.3g} s" if len(windows) == 1 else f"{windows[0]:.3g}-{windows[-1]:.3g} s"
+        _finish(ax, f"{key}: growth over the trailing {over} of wall time", key)
+        ax.legend(fontsize=8)
     return fig
 
 
@@ -754,7 +854,8 @@ PLOTS: dict[str, tuple[Callable[..., Figure | None], str]] = {
     "qpa.png": (plot_qpa, "no run logs qpa"),
     "losses.png": (plot_losses, "no run logs a nonzero loss"),
     "values.png": (plot_values, "no run logs v_dq_mean or v_scalar_mean"),
-    "throughput.png": (plot_throughput, "no run logs env_steps_per_s or updates_per_s"),
+    "throughput.png": (plot_throughput, "no run logs the time of its lines"),
+    "episode_return_mean.png": (plot_returns, "no run on an env other than the market (whose plot is pnl_cum_usd)"),
 }
 """file name -> (figure builder, why the plot is skipped when it returns None)."""
 
@@ -789,7 +890,10 @@ def report_markdown(runs: Sequence[Run], steps: Sequence[int], plots: Sequence[P
         f"{time.strftime('%Y-%m-%d %H:%M:%S')}: {len(runs)} run(s).",
         "",
     ]
-    lines += [f"- **{r.label}**: `{r.path}` ({len(r.steps):,} steps, {r.status})" for r in runs]
+    lines += [
+        f"- **{r.label}**: `{r.path}` ({r.env_id + ', ' if r.env_id else ''}{len(r.steps):,} steps, {r.status})"
+        for r in runs
+    ]
     lines += [
         "",
         f"Values at steps {', '.join(map(str, steps))} (the shortest run, {shortest.label}, ends at "
