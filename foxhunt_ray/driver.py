@@ -567,10 +567,7 @@ def _resolve_resume(args: argparse.Namespace, sha: str) -> Plan:
     last = max((r["step"] for r in step_records(read_diag(diag_path))), default=0) if diag_path.exists() else 0
     done = _done_at(run_dir)
     if done is not None and done >= driver.steps and args.resume_checkpoint is None:
-        raise UsageError(
-            f"{run_dir} is done at update {done} (summary.json): resuming it to --steps {driver.steps} would "
-            f"change nothing; pass --steps N > {done} to train it further; nothing was changed"
-        )
+        raise _nothing_to_train(run_dir, f"is done at update {done} (summary.json)", done, args, driver, saved)
     killed = _ended(run_dir, "killed")
     if killed is not None and args.resume_checkpoint is None:
         raise UsageError(
@@ -582,6 +579,10 @@ def _resolve_resume(args: argparse.Namespace, sha: str) -> Plan:
     # The newest checkpoint the diag file reaches that this learner loads: a crash between a checkpoint and its
     # diag line leaves a checkpoint one step ahead of the file; the one before it is kept for this.
     point = resume_point(run_dir, last, config.learner, spaces.obs_dim, spaces.n_actions, chosen=args.resume_checkpoint)
+    if point.step >= driver.steps and not getattr(args, "replacing_learner", False):
+        which = "the chosen" if args.resume_checkpoint else "its newest"
+        at = f"would resume from update {point.step} ({which} checkpoint)"
+        raise _nothing_to_train(run_dir, at, point.step, args, driver, saved)
     notes = list(point.notes)
     if changes:
         notes.append(
@@ -606,6 +607,23 @@ def _resolve_resume(args: argparse.Namespace, sha: str) -> Plan:
         notes=tuple(notes),
         config_change=tuple(changes),
         faults=record.faults,
+    )
+
+
+def _nothing_to_train(run_dir: Path, state: str, reached: int, args, driver: DriverConfig, saved: dict) -> UsageError:
+    """The refusal of a resume whose --steps (given, or the run's own) end the run at or before the update it would
+    resume from (`state` says where the run is): it would start and end at once. Names the update and the flags
+    that train the run further."""
+    steps = f"--steps {driver.steps}" if args.steps is not None else f"its own --steps {driver.steps}"
+    fix = f"pass a larger --steps, e.g. --steps {2 * max(reached, 1)}"
+    own = (saved.get("driver") or {}).get("steps")
+    if args.steps is not None and isinstance(own, int) and own > reached:
+        fix += f", or leave --steps out to go on towards the run's own {own:,} updates"
+    if driver.time_limit_s:
+        fix += f" (for at most another {driver.time_limit_s:g} s of training: --time-limit-s S sets another budget)"
+    return UsageError(
+        f"{run_dir} {state}, and {steps} ends the run there, so the resume would train nothing: {fix}; "
+        "nothing was changed"
     )
 
 
@@ -783,6 +801,7 @@ def _restart_args(args: argparse.Namespace, plan: Plan, elapsed_s: float) -> arg
             "resume": str(plan.run_dir),
             "resume_checkpoint": None,
             "allow_config_change": False,
+            "replacing_learner": True,  # the run's own resume: its newest checkpoint may be at its last step
             "steps": plan.driver.steps,
             "time_limit_s": left,
         }

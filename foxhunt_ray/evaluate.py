@@ -44,7 +44,7 @@ from foxhunt_ray.evaluations import (
     write_record,
 )
 from foxhunt_ray.plan import DriverConfig
-from foxhunt_ray.run_folder import RunFolderError, read_config, resolve_run_dir
+from foxhunt_ray.run_folder import CONFIG_FILE, LATEST, RunFolderError, out_of, read_config, resolve_run_dir
 from foxhunt_ray.storage import StorageError, fetch_to_temp, is_uri
 from learner.config import CONFIG_DEFAULTS, LearnerConfig
 from learner.network import (
@@ -94,8 +94,9 @@ class EvaluationError(InputError):
 # ---- the run and its checkpoint -----------------------------------------------------------------------------
 
 
-def load_run(run_dir: str | Path) -> tuple[RunConfig, DriverConfig, dict]:
-    """The run's resolved RunConfig and DriverConfig from its config.json, and the whole file."""
+def load_run(run_dir: str | Path, *, pointer: str | Path | None = None) -> tuple[RunConfig, DriverConfig, dict]:
+    """The run's resolved RunConfig and DriverConfig from its config.json, and the whole file. pointer: the OUT/latest
+    that named run_dir, when one did (a run of another env is then refused naming it, and the newest market run)."""
     if not Path(run_dir).is_dir():
         raise EvaluationError(f"RUN_DIR={run_dir} is not a folder: pass a run folder OUT/<code_sha>/<name>/<fold>/")
     try:
@@ -109,12 +110,42 @@ def load_run(run_dir: str | Path) -> tuple[RunConfig, DriverConfig, dict]:
         except DiagFileError as err:
             raise EvaluationError(str(err)) from None
     env_id = str(getattr(run, "env_id", ENV_ID))  # runs of older code stamped no env_id: they all trained on it
-    if env_id.rpartition(":")[2] != ENV_ID:
+    if not _on_the_market(env_id):
+        which = f"{pointer} points at the newest run, {run_dir}, which" if pointer is not None else str(run_dir)
+        out = Path(pointer).parent if pointer is not None else out_of(run_dir, driver.name)
+        market_run = _newest_market_run(out) if out is not None else None
+        instead = "(python -m foxhunt_ray.local trains one)"
+        if market_run is not None:
+            instead = f"e.g. the newest one under {out}, {market_run}"
         raise EvaluationError(
-            f"{run_dir} trained on env_id={env_id!r}: this evaluation plays the LOB market ({ENV_ID}) only "
-            "(its baselines and PnL metrics need it); pass a run trained on the market"
+            f"{which} trained on env_id={env_id!r}: this evaluation plays the LOB market ({ENV_ID}) only (its "
+            f"baselines and PnL metrics need it); pass a run folder trained on the market, {instead}. The report "
+            f"plots this run's episode_return_mean: python -m foxhunt_ray.report {run_dir}"
         )
     return run, driver, saved
+
+
+def _on_the_market(env_id: str) -> bool:
+    return env_id.rpartition(":")[2] == ENV_ID
+
+
+def _newest_market_run(out: Path, limit: int = 1000) -> Path | None:
+    """The run folder under the runs root `out` (OUT/<code_sha>/<name>/<fold>/) that trained on the market and whose
+    config.json is newest; None when there is none (of the newest `limit` folders)."""
+    try:
+        found = sorted(out.glob(f"*/*/*/{CONFIG_FILE}"), key=lambda p: p.stat().st_mtime, reverse=True)[:limit]
+    except OSError:
+        return None
+    for config in found:
+        if LATEST in config.relative_to(out).parts:
+            continue
+        try:
+            env_id = read_config(config.parent).run.env_id
+        except (RunFolderError, OSError, ValueError):
+            continue
+        if _on_the_market(str(env_id)):
+            return config.parent
+    return None
 
 
 def resolve_checkpoint(run_dir: str | Path, checkpoint: str | Path | int | None) -> Path:
@@ -362,8 +393,8 @@ def evaluate_run(
             out=out,
             write=write,
         )
-    run_dir = resolve_run_dir(run_dir)
-    run, driver, saved = load_run(run_dir)
+    given, run_dir = run_dir, resolve_run_dir(run_dir)
+    run, driver, saved = load_run(run_dir, pointer=given if Path(given) != run_dir else None)
     ckpt = resolve_checkpoint(run_dir, checkpoint)
     fold = driver.fold if fold is None else fold
     eval_seed = heldout_seed(fold) if seed is None else seed

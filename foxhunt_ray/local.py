@@ -22,6 +22,7 @@ import functools
 import os
 import sys
 import time
+from pathlib import Path
 
 from foxhunt_ray import driver
 from foxhunt_ray.config import ConfigError, RunConfig, apply_overrides
@@ -108,12 +109,41 @@ def main(argv: list[str] | None = None) -> int:
     return driver.main(rest, prog=prog, ray_init=_ray_init, after=after, defaults=defaults)
 
 
-NEXT_COMMANDS = """next:
-  plots and a table of the run:  {py} -m foxhunt_ray.report {run}
-  a longer held-out evaluation:  {py} -m foxhunt_ray.evaluate {run} --episodes 256
-  train this run further:        {py} -m foxhunt_ray.local --resume {run} {more}
-  a longer run of your own:      {py} -m foxhunt_ray.local --preset phase4_3 --steps 1000000 --time-limit-s 1800
-  the same job on a cluster:     README.md, "On a Ray cluster" (ray job submit)"""
+def next_commands(plan: driver.Plan, code: int) -> str:
+    """The commands to try after a run, for its env and how it ended, each naming the run's own folder (OUT/latest
+    moves with the next run). On the market: the report, a longer held-out evaluation, a resume, a longer run, the
+    cluster; on any other env (no held-out evaluation, baseline or oracle there): the report, a resume, the same
+    config on the next seed. No resume after a kill: that is refused (it would train past the kill)."""
+    from actors.envs import is_market
+    from actors.kill_rules import EXIT_KILLED
+
+    d, py, run = plan.driver, _python(), plan.run_dir
+    more = f"--time-limit-s {d.time_limit_s * 2:g}" if d.time_limit_s else f"--steps {d.steps * 2}"
+    resume = ("train this run further", f"{py} -m foxhunt_ray.local --resume {run} {more}")
+    further = [] if code == EXIT_KILLED else [resume]
+    if is_market(plan.config.env_id):
+        pairs = [
+            ("plots and a table of the run", f"{py} -m foxhunt_ray.report {run}"),
+            ("a longer held-out evaluation", f"{py} -m foxhunt_ray.evaluate {run} --episodes 256"),
+            *further,
+            ("a longer run of your own", f"{py} -m foxhunt_ray.local --preset phase4_3 --time-limit-s 1800"),
+            ("the same job on a cluster", 'README.md, "On a Ray cluster" (ray job submit)'),
+        ]
+    else:
+        flags = [f"--time-limit-s {d.time_limit_s:g}"] if d.time_limit_s else []
+        if not d.time_limit_s or d.steps != LOCAL_DEFAULTS.steps:
+            flags.insert(0, f"--steps {d.steps}")
+        flags += [f"--rollout-workers {d.rollout_workers}", *["--serial"] * plan.serial]
+        if plan.out is not None and plan.out != Path("runs"):  # beside this run, not in the default runs root
+            flags.append(f"--out {plan.out}")
+        again = f"{py} -m foxhunt_ray.local --config {run}/config.json --seed {plan.config.seed + 1} {' '.join(flags)}"
+        pairs = [
+            ("plots and a table of the run", f"{py} -m foxhunt_ray.report {run}"),
+            *further,
+            ("the same config on the next seed", again),
+        ]
+    width = max(len(label) for label, _ in pairs) + 2
+    return "next:\n" + "\n".join(f"  {label + ':':<{width}}{command}" for label, command in pairs)
 
 
 def _python() -> str:
@@ -133,11 +163,13 @@ def evaluate_and_suggest(plan: driver.Plan, code: int, *, episodes: int) -> int:
     run = plan.run_dir
     if code not in (EXIT_OK, EXIT_KILLED):
         return code
-    d = plan.driver
-    more = f"--time-limit-s {d.time_limit_s * 2:g}" if d.time_limit_s else f"--steps {d.steps * 2}"
-    suggestions = NEXT_COMMANDS.format(py=_python(), run=run, more=more)
+    suggestions = next_commands(plan, code)
     if not is_market(plan.config.env_id):
-        print(f"(no held-out evaluation: foxhunt_ray.evaluate plays the market, this run trained {plan.config.env_id})")
+        print(
+            f"(no held-out evaluation: foxhunt_ray.evaluate plays the market only, this run trained "
+            f"{plan.config.env_id}; its learning shows in episode_return_mean, the mean return of its last 100 "
+            "episodes, in diag.jsonl and the report)"
+        )
         print(suggestions)
         return code
     print(f"held-out evaluation of the newest checkpoint ({episodes} episodes a policy) ...", flush=True)

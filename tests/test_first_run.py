@@ -1,9 +1,11 @@
-"""What a new user sees from a fresh clone: the progress bar of a time-budgeted run and the throughput plot of a
-starved run beside a healthy one."""
+"""What a new user sees from a fresh clone: the progress bar of a time-budgeted run, the throughput plot of a starved
+run beside a healthy one, a CartPole run's report and next commands, `evaluate` handed OUT/latest that points at a
+run of another env and a resume that would train nothing."""
 
 from __future__ import annotations
 
 import io
+import json
 import re
 import types
 from pathlib import Path
@@ -11,11 +13,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from actors.kill_rules import KillConfig
-from actors.monitor import Monitor
-from foxhunt_ray import report
+from actors.kill_rules import EXIT_KILLED, EXIT_OK, KillConfig
+from actors.monitor import Monitor, read_diag, step_records
+from foxhunt_ray import driver, local, report
 from foxhunt_ray.loops import Progress
 from foxhunt_ray.plan import DriverConfig
+from lobsim_env import ENV_ID
+
+CARTPOLE = [
+    "--env-id", "CartPole-v1", "--preset", "smoke", "--serial", "--rollout-workers", "2", "--envs-per-worker", "8",
+    "--set", "rollout.steps_per_sample=32", "--set", "learner.reward_scale=0.1", "--set", "learner.lr=2e-3",
+]  # fmt: skip
+"""The README's CartPole command, shortened by its --steps."""
+
 
 # ------------------------------------------------------------------------------------------------- the progress bar
 
@@ -93,3 +103,129 @@ def test_throughput_plot_draws_a_starved_run_below_a_healthy_one(tmp_path, monke
             overall = re.search(r"\(([\d,.]+)/s over the run\)", labels[name])
             assert overall and float(overall[1].replace(",", "")) == pytest.approx(true, rel=0.01), labels[name]
     assert report.overall_rate(runs[1], "updates_per_s") == pytest.approx(9.2, rel=0.01)
+
+
+# ------------------------------------------------------------------------ another env: its report, its next commands
+
+
+def test_a_cartpole_run_gets_a_return_plot_its_own_hints_and_evaluate_says_where_latest_points(tmp_path, capsys):
+    """A run of CartPole: its next commands name its own folder and none is about the market (no held-out
+    evaluation, oracle or phase4_3); its report plots and tables episode_return_mean; and `evaluate OUT/latest`,
+    OUT/latest now pointing at it, says so and names the newest market run instead."""
+    out = tmp_path / "runs"
+    assert local.main(["--preset", "smoke", "--serial", "--steps", "3", "--quiet", "--no-eval", "--out", str(out)]) == 0
+    (market_run,) = out.glob("*/smoke-LOB-v0-*/0")
+    capsys.readouterr()
+    assert local.main([*CARTPOLE, "--steps", "40", "--quiet", "--out", str(out)]) == 0
+    stdout = capsys.readouterr().out
+    (run,) = out.glob("*/smoke-CartPole-v1-*/0")
+    assert "no held-out evaluation: foxhunt_ray.evaluate plays the market only" in stdout
+    hints = stdout[stdout.index("next:") :].splitlines()[1:]
+    assert len(hints) == 3 and all(str(run) in h for h in hints), hints
+    assert not any(word in h for h in hints for word in ("evaluate", "oracle", "phase4_3", "latest", "cluster"))
+    assert re.search(rf"-m foxhunt_ray\.report {re.escape(str(run))}$", hints[0]), hints[0]
+    assert hints[1].endswith(f"-m foxhunt_ray.local --resume {run} --steps 80"), hints[1]
+    again = hints[2].split("-m foxhunt_ray.local ", 1)[1].split()
+    assert again[:4] == ["--config", f"{run}/config.json", "--seed", "1"], again
+    assert local.main([*again, "--quiet", "--no-eval"]) == 0  # the command runs as printed: the next seed
+    (seed1,) = out.glob("*/smoke-CartPole-v1-s1-*/0")
+    seed1_config = json.loads((seed1 / "config.json").read_text())
+    assert seed1_config["run"]["env_id"] == "CartPole-v1" and seed1_config["run"]["learner"]["lr"] == 2e-3
+    assert seed1_config["driver"]["steps"] == 40 and seed1_config["driver"]["rollout_workers"] == 2
+
+    capsys.readouterr()
+    assert report.main([str(run), "--out", str(tmp_path / "report")]) == 0
+    stdout = capsys.readouterr().out
+    assert f"wrote {tmp_path / 'report' / 'episode_return_mean.png'}" in stdout
+    assert "trained on CartPole-v1" in stdout
+    table = stdout[stdout.index("| run |") :]
+    assert "episode_return_mean@40" in table and "pnl_cum_usd" not in table
+    loaded = [report.load_run(run)]
+    report.label_runs(loaded)
+    (ax,) = report.plot_returns(loaded).axes
+    lines = step_records(read_diag(run / "diag.jsonl"))
+    want = [(r["step"], r["episode_return_mean"]) for r in lines if "episode_return_mean" in r]
+    assert list(zip(ax.lines[0].get_xdata(), ax.lines[0].get_ydata(), strict=True)) == want
+
+    assert (out / "latest").resolve() == seed1.resolve()
+    from foxhunt_ray import evaluate
+
+    assert evaluate.main([str(out / "latest"), "--episodes", "2"]) == 1
+    err = capsys.readouterr().err
+    assert f"{out / 'latest'} points at the newest run, {seed1}, which trained on env_id='CartPole-v1'" in err, err
+    assert f"the newest one under {out}, {market_run}" in err and "foxhunt_ray.report" in err
+
+
+def test_no_resume_command_after_a_kill_and_no_market_commands_elsewhere():
+    """A killed run's resume is refused (it would train past the kill), so the next commands leave it out; every
+    command names the run's own folder, never OUT/latest (the next run moves it)."""
+    plan = types.SimpleNamespace(
+        driver=DriverConfig(steps=1_000_000, time_limit_s=240.0, rollout_workers=1),
+        run_dir=Path("runs/abc/phase4_3-LOB-v0-s0-20261203T101500Z/0"),
+        config=types.SimpleNamespace(env_id=ENV_ID, seed=0),
+        serial=False,
+        out=Path("runs"),
+    )
+    done = local.next_commands(plan, EXIT_OK)
+    assert f"--resume {plan.run_dir} --time-limit-s 480" in done and "latest" not in done
+    assert f"foxhunt_ray.evaluate {plan.run_dir} --episodes 256" in done
+    assert "--steps 1000000" not in done  # local's placeholder cap is no part of a command to type
+    assert "--resume" not in local.next_commands(plan, EXIT_KILLED)
+
+
+# ----------------------------------------------------------------------------------- a resume that would train nothing
+
+
+def run_serial(out: Path, *flags: str, hook=None) -> tuple[int, Path]:
+    code = driver.main(["--preset", "smoke", "--serial", "--quiet", "--out", str(out), *flags], hook=hook)
+    return code, next(out.glob("*/*/0"))
+
+
+def folder_state(run_dir: Path) -> dict[str, bytes]:
+    """Every file of the run folder but its lock (which names whoever held it last)."""
+    files = [p for p in run_dir.rglob("*") if p.is_file() and p.name != "run.lock"]
+    return {str(p.relative_to(run_dir)): p.read_bytes() for p in files}
+
+
+def test_resume_to_steps_already_trained_says_so_and_changes_nothing(tmp_path, capsys):
+    """--resume RUN --steps N with N at or below the update the run would resume from: refused, naming that update
+    and the fix, whether the run is done, stopped (Ctrl-C) or was given a time budget; before, a stopped run
+    started, trained nothing and was marked done."""
+
+    def interrupt_at_25(step, workers):
+        if step >= 25:
+            raise KeyboardInterrupt
+
+    code, stopped = run_serial(tmp_path / "stopped", "--steps", "40", "--checkpoint-every", "5", hook=interrupt_at_25)
+    assert code == EXIT_OK and json.loads((stopped / "summary.json").read_text())["status"] == "stopped"
+    before = folder_state(stopped)
+    capsys.readouterr()
+    assert driver.main(["--resume", str(stopped), "--steps", "20", "--serial", "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert (
+        f"error: {stopped} would resume from update 25 (its newest checkpoint), and --steps 20 ends the run there, "
+        "so the resume would train nothing: pass a larger --steps, e.g. --steps 50, or leave --steps out to go on "
+        "towards the run's own 40 updates; nothing was changed"
+    ) in err, err
+    assert folder_state(stopped) == before
+
+    code, done = run_serial(tmp_path / "done", "--steps", "30")
+    assert code == EXIT_OK
+    assert driver.main(["--resume", str(done), "--serial", "--quiet"]) == 1
+    assert f"{done} is done at update 30 (summary.json), and its own --steps 30 ends the run there" in (
+        capsys.readouterr().err
+    )
+
+    code = local.main(["--preset", "smoke", "--serial", "--quiet", "--no-eval", "--time-limit-s", "1", "--out",
+                       str(tmp_path / "budget")])  # fmt: skip
+    budget = next((tmp_path / "budget").glob("*/*/0"))
+    reached = json.loads((budget / "summary.json").read_text())["step"]
+    assert code == EXIT_OK and reached > 10
+    capsys.readouterr()
+    assert local.main(["--resume", str(budget), "--steps", "10", "--serial", "--quiet", "--no-eval"]) == 1
+    err = capsys.readouterr().err
+    assert f"is done at update {reached} (summary.json), and --steps 10 ends the run there" in err, err
+    assert (
+        "or leave --steps out to go on towards the run's own 1,000,000 updates (for at most another 1 s of training: "
+        "--time-limit-s S sets another budget)"
+    ) in err, err
