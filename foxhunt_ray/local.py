@@ -71,10 +71,18 @@ Ray 2.60 resolves even `_node_ip_address="127.0.0.1"` to the machine's address a
 every interface (docs/running.md, "What listens on the network")."""
 
 
+AUTH_MODE_ENV = "RAY_AUTH_MODE"
+"""Ray's token authentication switch (Ray >= 2.59). Left unset, `ray.init()` of a local instance turns it on by
+itself (making ~/.ray/auth_token when there is none) and logs a warning that reads like a fault; set to "token"
+first, the instance is the same and nothing is logged. A value the user set is kept ("disabled" turns it off)."""
+
+
 def _ray_init() -> None:
     """A Ray instance of this run's own, on loopback: never one that happens to be running here (RAY_ADDRESS or a
     `ray start`; that is what `ray job submit` is for), and nothing another host can reach."""
     os.environ.setdefault(LOOPBACK_ENV, "0")  # read when ray is imported, and by every process it starts
+    auth_unset = AUTH_MODE_ENV not in os.environ
+    os.environ.setdefault(AUTH_MODE_ENV, "token")  # what Ray picks for a local instance, without its warning
     if os.environ.get("RAY_ADDRESS"):
         print(
             f"RAY_ADDRESS={os.environ['RAY_ADDRESS']} is set; python -m foxhunt_ray.local starts its own Ray on this "
@@ -86,8 +94,15 @@ def _ray_init() -> None:
 
     if os.environ[LOOPBACK_ENV] == "0":
         ray_constants.ENABLE_RAY_CLUSTER = False  # in case ray was imported before the variable was set
+    if auth_unset:  # ray read RAY_AUTH_MODE when it was imported: have it read it again, as its own ray.init does
+        from ray._raylet import Config
+
+        Config.initialize("")
     # a local instance in this process's session: all cores, the dashboard (127.0.0.1:8265) when ray[default] has it
-    ray.init(address="local", dashboard_host="127.0.0.1")
+    context = ray.init(address="local", dashboard_host="127.0.0.1")
+    if context.dashboard_url and os.environ[AUTH_MODE_ENV].lower() == "token":
+        cli = os.path.join(os.path.dirname(_python()), "ray")
+        print(f"(Ray's dashboard asks for its token, which `{cli} get-auth-token` prints)", file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -282,15 +282,12 @@ def run_ray(plan: Plan, monitor: MonitorHandle, progress: Progress, hook: Hook |
     try:
         if plan.checkpoint is not None:  # its bytes, read here: the learner's node may not see the run folder
             ray.get(learner.load.remote(plan.checkpoint.read_bytes()))
-        weights = learner.policy_weights.remote()  # one object in the store, shared by every worker
+        drive.weights = learner.policy_weights.remote()  # one object in the store, shared by every worker
         cls = remote.rollout_actor(
             cpus=remote.rollout_cpus(drv.rollout_workers), gpus=worker_gpus, max_restarts=drv.max_worker_restarts
         )
-        # a restarted actor reruns its constructor: with these weights it can sample at once
-        workers = [
-            cls.remote(cfg.rollout, cfg.market, weights=weights, **worker_kwargs(plan, i))
-            for i in range(drv.rollout_workers)
-        ]
+        # no weights in the constructor: a restarted actor reruns it, and loads the weights its next sample brings
+        workers = [cls.remote(cfg.rollout, cfg.market, **worker_kwargs(plan, i)) for i in range(drv.rollout_workers)]
         drive.workers = workers
         return drive.run()
     except ray.exceptions.RayActorError as err:  # also a call whose input was the dead learner's answer
@@ -386,6 +383,7 @@ class _Drive:
         self.first_sample_at: float | None = None  # when the first sample of this loop came back (time.monotonic)
         self.named_late: set[int] = set()  # rollout actors _warn_late has named
         self.call_sent: dict = {}  # a learner call's answer ref -> when it was sent (time.monotonic)
+        self.weights = None  # the ref of the newest policy weights the learner has made, sent with every sample call
         self.start = time.monotonic()
         self.end: float | None = None
 
@@ -407,7 +405,7 @@ class _Drive:
         asked: dict = {}  # ... -> when it was asked (time.monotonic), for drv.sample_timeout_s
 
         def ask(i: int) -> None:
-            ref = workers[i].sample.remote()
+            ref = workers[i].sample_on.remote([self.weights])  # read by an actor with no policy yet (new or restarted)
             samples[ref], asked[ref] = i, time.monotonic()
 
         ready: list = []
@@ -480,7 +478,7 @@ class _Drive:
             if done == asked_weights:
                 for w in workers:
                     w.set_weights.remote(asked_weights)
-                asked_weights = None
+                self.weights, asked_weights = asked_weights, None
             elif calls and done == calls[0][0]:
                 calls.pop(0)
                 self.call_sent.pop(done, None)

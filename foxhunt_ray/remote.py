@@ -7,8 +7,11 @@
   to disk, so it may run on any node. A GPU when the cluster has one (half of it when the rollout policies act
   there); custom resources when the driver is given some (`--learner-resources`, e.g. to pin it to one node).
 - Rollout actors: RolloutWorker with max_restarts and as many task retries, so a sample in flight when its actor
-  died is run again on the restarted actor. A restarted actor reruns its constructor, weights included. A share
-  of the GPU when their policies act on it (RolloutConfig.policy_device; gpu_shares).
+  died is run again on the restarted actor. A restarted actor reruns its constructor, whose arguments are small
+  values inlined in the actor's spec (nothing in the object store, which Ray does not keep for a restart:
+  ray-project/ray#53727); the policy weights come with each sample call instead (`sample_on`), as a ref that the
+  call keeps alive until it is done, retries included. A share of the GPU when their policies act on it
+  (RolloutConfig.policy_device; gpu_shares).
 - Monitor actor: Monitor plus `record_update(answer)`, which takes the learner actor's answer straight from the
   object store (the driver passes the answer's ref) and records its diags in order, so diag.jsonl, the kill
   rules and the dashboard gauges live in their own actor. It is pinned to the driver's node, where the run
@@ -123,10 +126,27 @@ def learner_actor(*, gpus: float, resources: dict[str, float] | None = None):
     return ray.remote(num_cpus=LEARNER_CPUS, num_gpus=gpus, resources=dict(resources or {}))(RayLearnerWorker)
 
 
+class WeightsInCalls:
+    """What makes RolloutWorker a restartable rollout actor: its weights come with each sample call, not with its
+    constructor. An ObjectRef among an actor's constructor arguments is not kept for the actor's restarts (Ray logs
+    an error-level line for every such actor: ray-project/ray#53727); a call's arguments are kept until the call
+    is done, its retries on a restarted actor included."""
+
+    def sample_on(self, weights: list) -> object:
+        """sample(), after loading weights[0] (a ref of Learner.policy_weights(), nested in a list so that Ray
+        passes the ref and does not fetch it) when this actor has no policy yet: its first call, or its first after
+        Ray restarted it (the constructor ran again). Other calls never read it: their weights come by
+        set_weights."""
+        if self.policy is None:
+            self.set_weights(ray.get(weights[0]))
+        return self.sample()
+
+
 def rollout_actor(*, cpus: float, gpus: float = 0.0, max_restarts: int):
-    return ray.remote(num_cpus=cpus, num_gpus=gpus, max_restarts=max_restarts, max_task_retries=max_restarts)(
-        RolloutWorker
-    )
+    """The rollout actor's class: RolloutWorker (as this module names it when called: the tests swap in subclasses)
+    with WeightsInCalls, `cpus` and `gpus`, restarted up to max_restarts times, its calls retried as often."""
+    cls = type(RolloutWorker.__name__, (WeightsInCalls, RolloutWorker), {"__module__": RolloutWorker.__module__})
+    return ray.remote(num_cpus=cpus, num_gpus=gpus, max_restarts=max_restarts, max_task_retries=max_restarts)(cls)
 
 
 class RayMonitor(Monitor):
