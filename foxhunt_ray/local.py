@@ -39,16 +39,13 @@ host: `host_defaults`."""
 
 GPU_HOST_FREE_CORES = 5
 """Cores a GPU host keeps for the learner actor, the driver, the monitor and Ray's own processes: 11 rollout workers
-on 16 cores. Every GPU-host figure in BENCHMARKS.md with rollout policies on the GPU ran 11: the default was 4
-free cores (12 workers), but the twelfth worker's GPU share did not fit beside the others and it never started
-(foxhunt_ray.remote._share_down, session 18). Twelve that all run are not yet measured."""
+on 16 cores, what every GPU-host figure in BENCHMARKS.md with rollout policies on the GPU ran; twelve are not
+measured."""
 
 GPU_HOST_PAYLOADS_WAITING = 3
-"""Payloads a GPU host's rollout workers may have waiting for the learner: with 11 workers of 4,096 books x 64
-steps (16 learner steps a payload) the policy lag was about 110 updates on average and at most about 210, against
-about 230 and 335 with 12 waiting, and the agent learned more in the same time (BENCHMARKS.md, "Minutes to the
-oracle on a GPU host". With the 2,048 books of today's gpu_host sizing (8 steps a payload): median 93, at most
-175, session 18.)"""
+"""Payloads a GPU host's rollout workers may have waiting for the learner: fewer waiting payloads hold the policy
+lag down, and with 3 rather than 12 the agent learned more in the same time (BENCHMARKS.md, "Minutes to the oracle
+on a GPU host", which gives the lags measured)."""
 
 
 def host_defaults(cuda: bool, cores: int, serial: bool) -> driver.EntryDefaults:

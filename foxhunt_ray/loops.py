@@ -351,7 +351,7 @@ STARTUP_GRACE_S = 600.0
 STARTING_WARN_S = 60.0
 """A rollout actor asked for a sample that has returned none this many seconds after the first actor's first sample
 is named in a warning (once): still starting, or pending for resources Ray cannot give it, while the run goes on
-with the others (until session 18 a twelfth actor sat pending through every GPU-host run unseen)."""
+with the others (an actor pending for ever would otherwise go unseen: the run trains on the others' payloads)."""
 LEARNER_STARTUP_GRACE_S = 1800.0
 """The wait for a learner actor's first answer (it may build the CUDA extension and capture its graphs first),
 when --learner-timeout-s is shorter."""
@@ -655,7 +655,7 @@ class _Drive:
 
 
 def _starved(monitor: Monitor | MonitorHandle, progress: Progress, why: str) -> int:
-    """Ends a run that gets no good rollout payload (issue 14): one line on stderr naming each distinct fault with
+    """Ends a run that gets no good rollout payload: one line on stderr naming each distinct fault with
     its count, summary 'error' with the same message, exit 1; the loop still keeps a checkpoint."""
     progress.end_line()
     print(f"error: {why}", file=sys.stderr, flush=True)

@@ -77,10 +77,9 @@ SIZINGS: dict[str, dict[str, dict[str, Any]]] = {
     },
     # one GPU host (16 cores, 11 rollout workers): the network of 'gpu'; a worker samples 2,048 books x 64 steps
     # with the policy on the GPU, and the learner steps 256 books (16,384 transitions) at a time. 4,096 books ran
-    # 3.4M env steps/s against 2.8M, but a sample took twice as long: policy lag median 155 / max 351 updates
-    # against 93 / 175, distillation-loss spikes on the stalest payloads, and runs that ended in one scored 0.24
-    # and 0.56 of the oracle; 2,048 scored 0.78-0.83 on 3 seeds (BENCHMARKS.md, "Minutes to the oracle on a GPU
-    # host", session 18), and 0.72-0.90 on 7 (mean 0.853) once the observation was standardised (session 21)
+    # more env steps a second, but a sample took twice as long: twice the policy lag, distillation-loss spikes on
+    # the stalest payloads, and runs that scored far less of the oracle (BENCHMARKS.md, "Minutes to the oracle on a
+    # GPU host")
     "gpu_host": {
         "learner": {
             "hidden_dim": 512,

@@ -114,9 +114,9 @@ def gpu_shares(rollout: RolloutConfig, n_workers: int, has_gpu: bool) -> tuple[f
 
 def _share_down(x: float, places: int) -> float:
     """x rounded down to `places` decimals (Ray counts a resource in units of 0.0001): n actors asking for a share
-    of a total each then fit in it together. Rounded to nearest they need not: 0.5 / 12 = 0.0417 made twelve
-    rollout actors ask for 0.5004 GPU beside the learner's 0.5, so the twelfth never started (session 18: the GPU
-    host's runs trained on payloads of rollout actors 0-10 only; tests/test_remote.py)."""
+    of a total each then fit in it together. Rounded to nearest they need not: 0.5 / 12 = 0.0417 makes twelve
+    rollout actors ask for 0.5004 GPU beside the learner's 0.5, so the twelfth never starts and the run trains on
+    the other eleven's payloads only (tests/test_remote.py)."""
     scale = 10**places
     return math.floor(x * scale + 1e-9) / scale
 
