@@ -38,7 +38,7 @@ import sys
 import time
 import tomllib
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -93,7 +93,13 @@ class EntryDefaults:
     """--time-limit-s left out, and --steps left out too (a run given its steps has no budget unless asked)."""
 
 
-def parse_args(argv: list[str] | None, prog: str, defaults: EntryDefaults | None = None) -> argparse.Namespace:
+def parse_args(
+    argv: list[str] | None,
+    prog: str,
+    defaults: EntryDefaults | None = None,
+    parents: Sequence[argparse.ArgumentParser] = (),
+) -> argparse.Namespace:
+    """The driver's flags, and an entry point's own (`parents`, parsed by the entry point) in the same --help."""
     d = defaults or EntryDefaults()
     budget = f"{d.time_limit_s:g} s when --steps is left out, else none" if d.time_limit_s else "none"
     p = argparse.ArgumentParser(
@@ -101,6 +107,7 @@ def parse_args(argv: list[str] | None, prog: str, defaults: EntryDefaults | None
         description="Train foxhunt_ray: rollout workers, learner, monitor.",
         epilog=CONFIG_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        parents=list(parents),
     )
     p.add_argument("--preset", choices=PRESET_NAMES, default=None, help=f"named config (default {d.preset})")
     p.add_argument(
@@ -697,12 +704,13 @@ def main(
     hook: Hook | None = None,
     after: Callable[[Plan, int], int] | None = None,
     defaults: EntryDefaults | None = None,
+    parents: Sequence[argparse.ArgumentParser] = (),
 ) -> int:
     """Parse, resolve, run; returns the exit code (0 done or stopped, 3 killed, 1 error). `after(plan, code)` runs
     once the run has ended (foxhunt_ray.local evaluates the run there) and returns the exit code; `defaults` are
-    the entry point's for the flags left out. The run folder's lock is held from before the run is read (a
-    resume) or written (a new run) until `after` has returned."""
-    args = parse_args(argv, prog, defaults)
+    the entry point's for the flags left out, and `parents` its own flags (shown by --help). The run folder's lock
+    is held from before the run is read (a resume) or written (a new run) until `after` has returned."""
+    args = parse_args(argv, prog, defaults, parents)
     lock: RunLock | None = None
     try:
         if args.resume is not None:

@@ -107,8 +107,11 @@ def main(argv: list[str] | None = None) -> int:
     if "--demo" in argv:
         return demo([a for a in argv if a != "--demo"])
     own = argparse.ArgumentParser(add_help=False)
-    own.add_argument("--no-eval", action="store_true")
-    own.add_argument("--eval-episodes", type=int, default=64)
+    after_run = own.add_argument_group("after the run (foxhunt_ray.local)")
+    after_run.add_argument("--no-eval", action="store_true", help="skip the held-out evaluation of the run")
+    after_run.add_argument(
+        "--eval-episodes", type=int, default=64, metavar="N", help="held-out episodes a policy (default 64)"
+    )
     mine, rest = own.parse_known_args(argv)
     if mine.eval_episodes < 1:
         print(f"error: --eval-episodes={mine.eval_episodes} must be >= 1", file=sys.stderr)
@@ -118,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     defaults = host_defaults(torch.cuda.is_available(), os.cpu_count() or 1, serial="--serial" in rest)
-    return driver.main(rest, prog=prog, ray_init=_ray_init, after=after, defaults=defaults)
+    return driver.main(rest, prog=prog, ray_init=_ray_init, after=after, defaults=defaults, parents=[own])
 
 
 def next_commands(plan: driver.Plan, code: int) -> str:
