@@ -12,8 +12,8 @@ stay under OUT for `python -m foxhunt_ray.report`.
     python3 benchmarks/bench_learning.py --serial --presets phase3_1 --seeds 1 --minutes 7   # no Ray: one core
     .venv/bin/python benchmarks/bench_learning.py --settings seed --sizing gpu ...   # the seed's own values
 
-Results with dates and machines: BENCHMARKS.md, "Learning quality". Until 2026-12-03 the settings that learn
-lived here as CPU_LEARNING_SETS (--set overrides); they are the presets' 'learn' settings and 'cpu' sizing now,
+Results with dates and machines: BENCHMARKS.md, "Learning on the synthetic market". Until 2026-12-03 the settings that
+learn lived here as CPU_LEARNING_SETS (--set overrides); they are the presets' 'learn' settings and 'cpu' sizing now,
 with the reward scale derived from the market (0.032) instead of the sweep's 0.04.
 """
 

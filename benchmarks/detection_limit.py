@@ -1,7 +1,7 @@
 """How late the market's observable flow tells a regime change, and what that lateness costs the oracle.
 
 Two measurements on the synthetic market (the phase4_3 preset's), to place the learned agent's 0.75-0.80 of the
-oracle (BENCHMARKS.md, "Where the learning stops"):
+oracle (BENCHMARKS.md, "The best observation-only rule"):
 
 1. **The oracle, told late.** `DelayedOracle(d)` trades as the oracle does (market orders towards
    position_limit * z) on the regime of d steps ago, and flat for an episode's first d steps: a detector with a

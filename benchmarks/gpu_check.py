@@ -14,7 +14,7 @@ The numbers are tests, skipped without CUDA: the kernels (every op against the f
 opcheck) in tests/test_kernels_cuda.py, on the shared harness in learner/ops/checks.py, which `sanitize` runs
 once; the CUDA learner (the captured graph against eager, minibatch steps against one update each, TF32) in
 tests/test_learner_cuda.py. This script keeps the build, the sanitizer's workload and the timings.
-benchmarks/gpu_check.sh runs pytest on them and these stages in one call and copies the logs and JSON to $OUT.
+`python3 -m benchmarks.gpu_host` runs pytest on them and these stages as named steps in one call, logs under $OUT.
 `--device cpu` runs ops/learner on the CPU (the reference against the CPU op implementations) to test this script.
 """
 

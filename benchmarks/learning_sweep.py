@@ -7,11 +7,11 @@ episodes every `eval_every` updates, printing one JSON line per score.
 
 A spec may also give "settings", "sizing" and "episodes" (held-out episodes a score, 64 by default).
 
-Run many at once, one core each (taskset), on a machine with cores to spare: that is how the presets' 'learn'
-settings and 'cpu' sizing were chosen (BENCHMARKS.md, "Learning quality"; the specs and raw lines are in
-benchmarks/results/learning_sweep_20261202/). The learner uses a GPU when there is one. A spec's "sets" apply on
-top of `run_preset(preset, settings=..., sizing=...)`, by default settings "seed" and sizing "gpu": the values the
-kept specs were written against (the presets' own before issue 13), so they run as they ran.
+Run many at once, one core each (taskset), on a machine with cores to spare: that is how the presets' 'learn' settings
+and 'cpu' sizing were chosen (BENCHMARKS.md, "Learning on the synthetic market"; the sweep's specs and raw lines are in
+git history, commit e8c9d81). The learner uses a GPU when there is one. A spec's "sets" apply on top of
+`run_preset(preset, settings=..., sizing=...)`, by default settings "seed" and sizing "gpu": the values the kept specs
+were written against (the presets' own before issue 13), so they run as they ran.
 
 Why not Ray Tune: each trial here is one process pinned to one core, with the learner sharing one GPU; the sweep
 was a fixed grid of 11-14 settings with a fixed budget each, read by eye from held-out scores every 1,000 updates.

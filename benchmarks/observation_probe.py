@@ -10,8 +10,8 @@ phase4_3 market's observations, books held flat, and scores it on other books, f
 - `+ trade flow, 100 steps`: the same plus the step's signed market-order volume of the last 100 steps, a
   memory of the flow the EMAs summarise (how much the two EMAs lose);
 - `+ depth flow`: the same observation with `market.depth_flow_ticks=5`: two EMAs (decays 0.9 and 0.98) of the
-  bid size gained minus the ask size gained near the mid each step (BENCHMARKS.md, "How late the flow tells a
-  regime change": a Bayes filter on the trade flow and the depth flow is right on 0.736 of steps, on the trade
+  bid size gained minus the ask size gained near the mid each step (BENCHMARKS.md, "The best observation-only
+  rule": a Bayes filter on the trade flow and the depth flow is right on 0.736 of steps, on the trade
   flow alone 0.678).
 
 It prints, per input, the share of steps on which the classifier's most probable regime is z, and its test

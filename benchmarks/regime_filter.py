@@ -6,8 +6,8 @@ signed market-order volume carry most of what the flow says about z. This script
 observation-only policy we know for this market, a forward (HMM) filter over the regime, and scores it against
 `imbalance` and the `oracle` on the same held-out episodes. Its fraction of the oracle is a measured lower bound
 on what an observation-only agent can reach, not a ceiling: the filter reads the trade flow only, and the learned
-agent (0.68-0.89 of the oracle on the GPU host, BENCHMARKS.md "Minutes to the oracle") already does better, so the
-book's shape and the agent's own resting orders carry what the flow alone does not.
+agent (0.68-0.89 of the oracle on the GPU host, BENCHMARKS.md, "Learning on the synthetic market") already does
+better, so the book's shape and the agent's own resting orders carry what the flow alone does not.
 
 How the filter reads the observation, per book:
 - the step's signed market-order volume is recovered exactly from the fast flow EMA (market.py:

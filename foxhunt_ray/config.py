@@ -37,10 +37,10 @@ def market_reward_scale(market: MarketConfig) -> float:
     the imbalance policy (the 99th: one tick, $62.5), and the 90th percentile of the oracle's discounted returns
     (gamma 0.99) is $312 (imbalance: $225): 10 scaled units, the edge of the C51 support [v_min, v_max] =
     [-10, 10], so nine of its returns in ten fit it and the rest are clipped to its edge (32 books x 1,000 steps
-    measured). The sweep (BENCHMARKS.md, "Learning quality") found 0.04 to learn and 0.1 not (at 0.1 more than
-    half of the oracle's returns lie beyond the support: their median |G| is $123); a one-tick unit (0.016) did
-    worse than 0.04 on the one seed tried ("The main job on a 2-core box"). The same rule scales a
-    LOBSTER replay (usd_per_tick 0.01 a share) to its own units."""
+    measured). The sweep (BENCHMARKS.md, "Learning on the synthetic market") found 0.04 to learn and 0.1 not (at 0.1
+    more than half of the oracle's returns lie beyond the support: their median |G| is $123); a one-tick unit (0.016)
+    did worse than 0.04 on the one seed tried. The same rule scales a LOBSTER replay (usd_per_tick 0.01 a share) to its
+    own units."""
     return 2.0 / (market.usd_per_tick * market.position_limit)
 
 

@@ -3,7 +3,7 @@
 The defaults (LOCAL_DEFAULTS): preset phase4_3 with its own settings ('learn') on the synthetic market, 240 s of
 training, sized for this machine (sizing 'cpu' when torch sees no CUDA device, else 'gpu_host':
 foxhunt_ray.presets), one rollout worker (on a GPU host, one per core but five: `host_defaults`); with the
-evaluation under 5 minutes on a 2-core CPU (what it reaches: BENCHMARKS.md, "The main job on a 2-core box").
+evaluation under 5 minutes on a 2-core CPU (what it reaches: BENCHMARKS.md, "Learning on the synthetic market").
 Flags: foxhunt_ray.driver (`--help`); docs/running.md walks through a run, its folder, resume and the exit codes.
 After a run that ended done or killed, its newest checkpoint plays the fold's held-out episodes beside the
 baselines (foxhunt_ray.evaluate, `--eval-episodes N`, default 64; `--no-eval` skips it) and the last line is
@@ -31,7 +31,7 @@ LOCAL_DEFAULTS = driver.EntryDefaults(
     preset="phase4_3", sizing="auto", steps=1_000_000, time_limit_s=240.0, rollout_workers=1
 )
 """What `python -m foxhunt_ray.local` does with no flags on a machine without a GPU, each chosen by measurement
-(BENCHMARKS.md, "The main job on a 2-core box"): phase4_3 (the seed's last design, ahead of plan_a_v2 in the
+(BENCHMARKS.md, "Learning on the synthetic market"): phase4_3 (the seed's last design, ahead of plan_a_v2 in the
 sweep), one rollout worker (on 2 cores a second one competes with the learner), and a time budget rather than a
 step count (updates a second differ a hundredfold between a 2-core CPU and a GPU host): 240 s of training, then the
 held-out evaluation, within 5 minutes on a 2-core box. `--steps N` alone runs N updates with no budget. On a GPU
@@ -44,8 +44,8 @@ measured."""
 
 GPU_HOST_PAYLOADS_WAITING = 3
 """Payloads a GPU host's rollout workers may have waiting for the learner: fewer waiting payloads hold the policy
-lag down, and with 3 rather than 12 the agent learned more in the same time (BENCHMARKS.md, "Minutes to the oracle
-on a GPU host", which gives the lags measured)."""
+lag down, and with 3 rather than 12 the agent learned more in the same time (BENCHMARKS.md, "The system on one GPU
+host", which gives the lags measured)."""
 
 
 def host_defaults(cuda: bool, cores: int, serial: bool) -> driver.EntryDefaults:

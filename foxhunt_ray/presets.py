@@ -8,12 +8,12 @@ A run's config is three named choices, each recorded in config.json (`preset`, `
   phase3_1_fix) differ from it only in the ablation switches (c51_scalar_v, iqn_dueling, iqn_baseline).
 - the settings group (SETTINGS): the learning rates, the reward scale and what the agent observes. 'learn' (the
   default) is what learns on the synthetic market: lr = dueling_lr = 3e-3, chosen by the sweep of
-  benchmarks/learning_sweep.py (BENCHMARKS.md, "Learning quality"), reward_scale 'auto', derived from the market's
-  units (foxhunt_ray.config.market_reward_scale), the depth flow near the mid in the observation
-  (market.depth_flow_ticks 5: BENCHMARKS.md, "What one observation tells of the regime"), and the observation
-  standardised by the statistics a probe of the env measured (learner.obs_norm 'probe': "The observation
-  standardised"), and the policy distilled towards softmax(q_ens / 0.3) rather than softmax(q_ens)
-  (learner.distill_temperature: "A sharper distillation target"). 'seed' is the seed's own values (lr 2.5e-4,
+  benchmarks/learning_sweep.py, reward_scale 'auto', derived from the market's units
+  (foxhunt_ray.config.market_reward_scale), the depth flow near the mid in the observation (market.depth_flow_ticks
+  5), the observation standardised by the statistics a probe of the env measured (learner.obs_norm 'probe'), and
+  the policy distilled towards softmax(q_ens / 0.3) rather than softmax(q_ens) (learner.distill_temperature); what
+  each of these gained: BENCHMARKS.md, "Learning on the synthetic market" and "The best observation-only rule".
+  'seed' is the seed's own values (lr 2.5e-4,
   reward_scale 1, distillation temperature 1, its observation without the depth flow, not standardised), for anyone
   reproducing it: in the sweep they barely moved in 13,500 updates.
 - the sizing (SIZINGS): widths and batch shapes. 'gpu' is the presets' production size, the seed's (H = 512,
@@ -38,13 +38,14 @@ from learner.config import LearnerConfig
 from lobsim_env.config import MarketConfig
 
 SETTINGS: dict[str, dict[str, dict[str, Any]]] = {
-    # what learns on the synthetic market (BENCHMARKS.md, "Learning quality" and "The main job on a 2-core box")
+    # what learns on the synthetic market (BENCHMARKS.md, "Learning on the synthetic market")
     # the depth flow: on the box's main job 0.72 of the oracle against 0.57 without it, six seeds paired
     # the observation standardised by its probed statistics (learner.obs_norm): on the box's main job 0.76 against
-    # 0.69 of the oracle without it, ten seeds paired, better on eight (BENCHMARKS.md, "The observation standardised")
+    # 0.69 of the oracle without it, ten seeds paired, better on eight (BENCHMARKS.md, "Learning on the
+    # synthetic market")
     # the distillation temperature 0.3: on the GPU host seeds 0-6 at 0.850-0.894 of the oracle (mean 0.878) against
-    # 0.720-0.897 (0.853) at 1, the box's main job 0.751 to 0.818 on three seeds (BENCHMARKS.md, "A sharper
-    # distillation target" and "The new default on every seed")
+    # 0.720-0.897 (0.853) at 1, the box's main job 0.751 to 0.818 on three seeds (BENCHMARKS.md, "Learning on
+    # the synthetic market")
     "learn": {
         "learner": {
             "lr": 3e-3,
@@ -78,7 +79,7 @@ SIZINGS: dict[str, dict[str, dict[str, Any]]] = {
     # one GPU host (16 cores, 11 rollout workers): the network of 'gpu'; a worker samples 2,048 books x 64 steps
     # with the policy on the GPU, and the learner steps 256 books (16,384 transitions) at a time. 4,096 books ran
     # more env steps a second, but a sample took twice as long: twice the policy lag, distillation-loss spikes on
-    # the stalest payloads, and runs that scored far less of the oracle (BENCHMARKS.md, "Minutes to the oracle on a
+    # the stalest payloads, and runs that scored far less of the oracle (BENCHMARKS.md, "The system on one
     # GPU host")
     "gpu_host": {
         "learner": {

@@ -1,5 +1,7 @@
 """Fixtures shared by the test files."""
 
+import os
+
 import pytest
 import torch
 
@@ -15,8 +17,25 @@ def one_torch_thread():
 
 @pytest.fixture(scope="module")
 def ray_local():
-    """Ray in-process on 2 CPUs for one test module, shut down after it (every test stops what it started)."""
+    """Ray in-process on 2 CPUs for one test module, shut down after it (every test stops what it started): a new
+    instance of its own (never one running on the machine, e.g. another test process's), every port on 127.0.0.1
+    as foxhunt_ray.local's _ray_init starts it (the switch in the environment reaches every process Ray starts; the
+    constant covers a Ray already imported here); both restored after the module."""
     ray = pytest.importorskip("ray")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield ray
-    ray.shutdown()
+    from ray._private import ray_constants
+
+    from foxhunt_ray.local import LOOPBACK_ENV
+
+    before = os.environ.get(LOOPBACK_ENV), ray_constants.ENABLE_RAY_CLUSTER
+    os.environ[LOOPBACK_ENV] = "0"
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
+        ray_constants.ENABLE_RAY_CLUSTER = before[1]
+        if before[0] is None:
+            os.environ.pop(LOOPBACK_ENV, None)
+        else:
+            os.environ[LOOPBACK_ENV] = before[0]

@@ -227,8 +227,8 @@ def test_progress_line_shows_the_return_without_pnl(tmp_path, capsys):
 
 
 def test_cartpole_learns_clearly_above_the_random_policy(tmp_path, one_torch_thread):
-    # Measured with these flags (BENCHMARKS.md, "Other Gymnasium envs"): episode_return_mean at update 200 was
-    # 88..143 over seeds 0..10; the random policy's is ~22 (this run's first episodes). A few seconds of CPU.
+    # Measured with these flags (BENCHMARKS.md, "Other Gymnasium envs: CartPole-v1"): episode_return_mean at update 200
+    # was 88..143 over seeds 0..10; the random policy's is ~22 (this run's first episodes). A few seconds of CPU.
     code, _, lines = run_cartpole(tmp_path, *LEARNS, "--steps", "200", "--seed", "1")
     assert code == 0
     first = next(r[EPISODE_RETURN_MEAN] for r in lines if EPISODE_RETURN_MEAN in r)

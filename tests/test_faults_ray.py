@@ -20,36 +20,10 @@ import re
 from collections import Counter
 from pathlib import Path
 
-import pytest
-
 from actors import wire
 from foxhunt_ray import driver, remote
-from foxhunt_ray.local import LOOPBACK_ENV
 
 SMOKE = ["--preset", "smoke", "--quiet", "--checkpoint-interval-s", "0"]
-
-
-@pytest.fixture(scope="module")
-def ray_loopback():
-    """Ray in-process on 2 CPUs with every port on 127.0.0.1, as foxhunt_ray.local's _ray_init starts it (the
-    switch in the environment reaches every process Ray starts; the constant covers a Ray already imported here);
-    shut down and both restored after this module."""
-    ray = pytest.importorskip("ray")
-    from ray._private import ray_constants
-
-    before = os.environ.get(LOOPBACK_ENV), ray_constants.ENABLE_RAY_CLUSTER
-    os.environ[LOOPBACK_ENV] = "0"
-    ray_constants.ENABLE_RAY_CLUSTER = False
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
-        yield ray
-    finally:
-        ray.shutdown()
-        ray_constants.ENABLE_RAY_CLUSTER = before[1]
-        if before[0] is None:
-            os.environ.pop(LOOPBACK_ENV, None)
-        else:
-            os.environ[LOOPBACK_ENV] = before[0]
 
 
 def run(tmp_path: Path, *flags: str) -> tuple[int, Path]:
@@ -130,7 +104,7 @@ def learner_log_text(ray) -> str:
     return "".join(path.read_text(errors="replace") for path in logs.glob("worker-*.err"))
 
 
-def test_ray_run_whose_every_payload_is_bad_ends_with_the_faults_counted(tmp_path, ray_loopback, monkeypatch, capsys):
+def test_ray_run_whose_every_payload_is_bad_ends_with_the_faults_counted(tmp_path, ray_local, monkeypatch, capsys):
     """main: the Ray loop sampled forever with no update. Now the learner actor counts each bad or refused payload,
     says it is starved after 64 in a row, and the driver ends the run: exit 1, one line naming each fault and its
     count, summary 'error' with the same text; each kind of fault logged at most twice (its 1st and 10th), not 64
@@ -149,7 +123,7 @@ def test_ray_run_whose_every_payload_is_bad_ends_with_the_faults_counted(tmp_pat
     assert {what for _, what in kinds} == {"bad rollout payload", "rollout payload refused by the learner"}
     assert "truncated" in s["message"] and "does not start with" in s["message"] and "actions" in s["message"]
     assert steps(run_dir) == []
-    logged = learner_log_lines(ray_loopback)
+    logged = learner_log_lines(ray_local)
     assert len(kinds) <= len(logged) <= 2 * len(kinds), logged
 
 
@@ -189,7 +163,7 @@ def learner_with_a_starvation_window(seconds: float):
     return ShortWindowLearner
 
 
-def test_ray_run_fed_only_bad_payloads_for_the_starvation_window_ends(tmp_path, ray_loopback, monkeypatch, capsys):
+def test_ray_run_fed_only_bad_payloads_for_the_starvation_window_ends(tmp_path, ray_local, monkeypatch, capsys):
     """Two rollout actors send 5 good payloads each, then only bad ones, slowly (0.2 s each): after the learner's
     starvation window (3 s here, WireLimits.max_bad_seconds; 120 s by default) the run ends as the serial path
     ends it: exit 1, one error line naming the streak and the window, summary 'error'. Nothing the learner trained
@@ -267,7 +241,7 @@ def monitor_with_a_file_size_limit(*, at_checkpoint: int):
     return LimitedMonitor
 
 
-def test_ray_full_disk_while_the_monitor_writes_diag(tmp_path, ray_loopback, monkeypatch, capsys):
+def test_ray_full_disk_while_the_monitor_writes_diag(tmp_path, ray_local, monkeypatch, capsys):
     """ENOSPC half-way through step 25's line in the monitor actor: exit 1, one message naming the last whole
     update, diag.jsonl cut back to steps 1..24, summary.json 'error' at 24, no .tmp; a resume goes on from the
     checkpoint at 10 or 20 to a whole run."""
@@ -285,7 +259,7 @@ def test_ray_full_disk_while_the_monitor_writes_diag(tmp_path, ray_loopback, mon
     assert steps(run_dir) == list(range(1, 41)) and summary(run_dir)["status"] == "done"
 
 
-def test_ray_file_size_limit_while_the_monitor_writes_a_checkpoint(tmp_path, ray_loopback, monkeypatch, capsys):
+def test_ray_file_size_limit_while_the_monitor_writes_a_checkpoint(tmp_path, ray_local, monkeypatch, capsys):
     """No write patched: the kernel refuses the monitor actor's second checkpoint part-way (RLIMIT_FSIZE of its
     process, EFBIG): exit 1, one message, no .tmp, the first checkpoint kept whole and loadable, diag.jsonl whole
     lines up to the failed checkpoint's step or past it, summary.json 'error'."""
@@ -333,14 +307,14 @@ def refusing_rollout_worker(*, refuse_at: tuple[int, ...], narrow_at: tuple[int,
     return RefusingRolloutWorker
 
 
-def test_ray_payloads_refused_mid_run_are_counted_and_the_run_goes_on(tmp_path, ray_loopback, monkeypatch, capsys):
+def test_ray_payloads_refused_mid_run_are_counted_and_the_run_goes_on(tmp_path, ray_local, monkeypatch, capsys):
     """Each of two rollout actors sends good payloads, then one with an action out of range (its 4th sample) and
     one with an observation of another width (its 6th), then good ones again: the learner actor counts and skips
     the four, the run ends 'done' at its --steps with every diag line 1..30 whole, bad_payloads = 4 on the last
     line, in summary.json and in the final checkpoint, each kind of fault logged once, and no error line."""
     from actors.checkpoints import read_checkpoint
 
-    logged_before = Counter(learner_log_lines(ray_loopback))  # other tests' actors logged there too
+    logged_before = Counter(learner_log_lines(ray_local))  # other tests' actors logged there too
     monkeypatch.setattr(remote, "RolloutWorker", refusing_rollout_worker(refuse_at=(4,), narrow_at=(6,)))
     code, run_dir = run(tmp_path, "--steps", "30", "--rollout-workers", "2", "--checkpoint-every", "10")
     err = capsys.readouterr().err
@@ -358,9 +332,9 @@ def test_ray_payloads_refused_mid_run_are_counted_and_the_run_goes_on(tmp_path, 
         state = read_checkpoint(run_dir / "checkpoints" / f"ckpt_{step:08d}.pt")
         assert state["step"] == step
     assert state["bad_payloads"] == 4
-    logged = list((Counter(learner_log_lines(ray_loopback)) - logged_before).elements())
+    logged = list((Counter(learner_log_lines(ray_local)) - logged_before).elements())
     assert len(logged) == 2 and all("refused by the learner" in x for x in logged), logged  # each kind once
-    text = learner_log_text(ray_loopback)
+    text = learner_log_text(ray_local)
     assert "batch['actions'] on valid steps must lie in [0, " in text and "batch['obs'].shape=(17, 4, " in text
 
 
@@ -406,7 +380,7 @@ def rollout_worker_that_hangs_once(marker: Path, at_sample: int):
     return HangingRolloutWorker
 
 
-def test_ray_rollout_actor_that_stops_answering_is_restarted(tmp_path, ray_loopback, monkeypatch, capsys):
+def test_ray_rollout_actor_that_stops_answering_is_restarted(tmp_path, ray_local, monkeypatch, capsys):
     """The one rollout actor stops answering at its third sample: it is killed after --sample-timeout-s and Ray
     restarts it; the sample is retried there and the run ends done with diag.jsonl whole (before: the driver
     waited on it for ever, past any time limit too). Its first sample had the start's grace (STARTUP_GRACE_S):
@@ -423,7 +397,7 @@ def test_ray_rollout_actor_that_stops_answering_is_restarted(tmp_path, ray_loopb
     assert (tmp_path / "hung").exists()
 
 
-def test_ray_time_limit_ends_a_run_whose_rollout_actor_stopped_answering(tmp_path, ray_loopback, monkeypatch, capsys):
+def test_ray_time_limit_ends_a_run_whose_rollout_actor_stopped_answering(tmp_path, ray_local, monkeypatch, capsys):
     """With the watchdog off (--sample-timeout-s 0) the time limit still ends the run: the driver stops waiting
     for the silent actor's sample then, the run ends done at the step it reached with a checkpoint there."""
     monkeypatch.setattr(remote, "RolloutWorker", rollout_worker_that_hangs_once(tmp_path / "hung", at_sample=3))
@@ -467,7 +441,7 @@ def learner_that_hangs_once(marker: Path, at_call: int):
     return HangingLearner
 
 
-def test_ray_learner_actor_that_stops_answering_is_replaced(tmp_path, ray_loopback, monkeypatch, capsys):
+def test_ray_learner_actor_that_stops_answering_is_replaced(tmp_path, ray_local, monkeypatch, capsys):
     """The learner actor stops answering at its 12th call: after --learner-timeout-s the driver kills it and
     replaces it from the newest checkpoint as it does a learner that died; the run ends done with every step of
     diag.jsonl once (before: the driver waited on the call for ever)."""
@@ -485,7 +459,7 @@ def test_ray_learner_actor_that_stops_answering_is_replaced(tmp_path, ray_loopba
     assert done["status"] == "done" and done["step"] == 40
 
 
-def test_ray_learner_actor_stuck_at_the_run_s_end_is_replaced(tmp_path, ray_loopback, monkeypatch, capsys):
+def test_ray_learner_actor_stuck_at_the_run_s_end_is_replaced(tmp_path, ray_local, monkeypatch, capsys):
     """The learner actor hangs in the drain at the run's end: after --learner-timeout-s it is killed and replaced from
     the newest periodic checkpoint, which finishes the run: done at 40, diag.jsonl 1..40 each once, the final
     checkpoint at 40 (before: the driver waited on it for ever)."""

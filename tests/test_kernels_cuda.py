@@ -3,7 +3,7 @@
 Every op forward and backward at the six sizes of learner.ops.checks.SIZES in float32 and float64, outputs
 poisoned with NaN first, bitwise repeats; `torch.library.opcheck` on every op on CUDA; a bad input's message.
 The extension is built with `learner.ops.set_backend("cuda")`, so a kernel that does not build fails here
-rather than skipping. FOXHUNT_REQUIRE_CUDA=1 turns the skip into a failure (benchmarks/gpu_check.sh sets it:
+rather than skipping. FOXHUNT_REQUIRE_CUDA=1 turns the skip into a failure (benchmarks.gpu_host's checks step sets it:
 a GPU run that cannot see its GPU must not pass); FOXHUNT_KERNEL_REPORT=PATH writes every check's row (op,
 size, dtype, relative error) as JSON there.
 """

@@ -1,6 +1,6 @@
 """The qpa rule's bound (issue 13, item 4): qpa_ema + qpa_noise_z x qpa_noise against the seed's -0.3.
 
-The series imitate what BENCHMARKS.md, 'The qpa rule with two actions', measured: a learning CartPole run whose
+The series imitate what BENCHMARKS.md, 'Other Gymnasium envs: CartPole-v1', measured: a learning CartPole run whose
 qpa drifts to about -0.34 for a hundred updates with a per-update noise of ~0.15 (two actions: each state
 counts +-1), and the market's collapses, deep (-0.6..-0.96) with a per-update noise of ~0.005.
 """

@@ -115,7 +115,7 @@ GRAPH_CASES = {
 }
 GRAPH_PARAM_REL = 1e-3
 """Parameters and targets of the graph learner within this of the eager one's, relative to the largest. Measured on
-the H200: 0.0 to 1.2e-7 (BENCHMARKS.md, "A full Learner.update")."""
+the H200: 0.0 to 1.2e-7 (BENCHMARKS.md, "The kernels against their references")."""
 GRAPH_DIAG_REL = 2e-2
 """Every diag value within 2 % (relative to max(|eager|, 1e-3)): an occasional argmax tie flips qpa's vote."""
 

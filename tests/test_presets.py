@@ -95,7 +95,7 @@ def test_seed_settings_and_gpu_sizing_reproduce_the_seeds_values():
 
 
 def test_learn_settings_observe_the_depth_flow_under_every_preset_and_sizing():
-    """What learned on the box (BENCHMARKS.md, "What one observation tells of the regime"): every preset's market
+    """What learned on the box (BENCHMARKS.md, "The best observation-only rule"): every preset's market
     under 'learn' is the market's own with the depth flow near the mid, 5 ticks, and nothing else changed."""
     for name in PRESET_NAMES:
         sizings = [None] if name == "smoke" else list(SIZINGS)
@@ -107,8 +107,8 @@ def test_learn_settings_observe_the_depth_flow_under_every_preset_and_sizing():
 
 
 def test_gpu_host_sizing_is_gpus_network_fed_by_wide_workers_in_learner_steps_of_256_books():
-    """What reached 0.78-0.83 of the oracle in 150 s on 3 seeds on the H100 host (BENCHMARKS.md, "Minutes to the
-    oracle"; commit fc72e7b): 2,048 books a worker, half the policy lag of 4,096."""
+    """What reached 0.78-0.83 of the oracle in 150 s on 3 seeds on the H100 host (BENCHMARKS.md, "Learning on
+    the synthetic market"; commit fc72e7b): 2,048 books a worker, half the policy lag of 4,096."""
     host, gpu = run_preset("phase4_3", sizing="gpu_host").validate(), run_preset("phase4_3", sizing="gpu").validate()
     assert dataclasses.replace(host.learner, minibatch_envs=0) == gpu.learner and host.learner.minibatch_envs == 256
     assert (host.rollout.num_envs, host.rollout.steps_per_sample) == (2048, 64) and host.sizing == "gpu_host"

@@ -45,7 +45,7 @@ def ray_one_gpu():
     ray = pytest.importorskip("ray")
     if ray.is_initialized():
         pytest.skip("a Ray instance of another test is running")
-    ray.init(num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=False)
     yield ray
     ray.shutdown()
 

@@ -59,7 +59,7 @@ constexpr int kOnePassColumns = 16;  // forward, one pass: A's columns kept in r
 // h[k] once and its row of W_a once, and the N + 1 warp sums are independent of one another (the loop above makes
 // N + 1 passes, each ending in a dependent warp sum). Each lane sums the same products in the same order as the
 // kernel above, and the warp sums are the same butterflies (both kernels are checked against the float64
-// reference by tests/kernel_checks.py). NA >= n_actions.
+// reference by learner/ops/checks.py). NA >= n_actions.
 template <typename T, int NA>
 __global__ void __launch_bounds__(kOnePassWarps * 32)
     dueling_forward_onepass_kernel(const T* __restrict__ h, const T* __restrict__ w_v, const T* __restrict__ b_v,
