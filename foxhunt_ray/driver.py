@@ -873,6 +873,14 @@ def _open_run(plan: Plan, stamp: dict) -> Monitor:
     return MonitorHandle(*args, stamp=stamp, resume_at=plan.monitor_resume_at, storage=plan.driver.storage)
 
 
+def _span(plan: Plan) -> str:
+    """The header's updates: 'updates 40..60' for a run to a step, 'from update 40' for one that a time budget ends
+    (its step cap, e.g. local's 1,000,000, is a bound the budget line names, not a plan)."""
+    if plan.driver.time_limit_s:
+        return f"from update {plan.resume_step}"
+    return f"updates {plan.resume_step}..{plan.driver.steps}"
+
+
 def _run(plan: Plan, monitor, *, hook, after, restartable: bool = False) -> int:
     """One run of the loop; a learner actor that died raises LearnerLost when `restartable` (the caller resumes
     the run in this process), else ends the run in error like any other failure."""
@@ -880,8 +888,7 @@ def _run(plan: Plan, monitor, *, hook, after, restartable: bool = False) -> int:
     mode = "serial" if plan.serial else "ray"
     print(
         f"run folder {plan.run_dir}  ({mode}, preset {plan.config.preset}, env {plan.config.env_id}, "
-        f"code {plan.code_sha}, "
-        f"updates {plan.resume_step}..{plan.driver.steps})",
+        f"code {plan.code_sha}, {_span(plan)})",
         flush=True,
     )
     if plan.driver.storage:
