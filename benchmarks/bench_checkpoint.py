@@ -72,7 +72,12 @@ def main(argv: list[str] | None = None) -> int:
                 return self.learner.replay.capacity
 
         learner = ray.remote(num_cpus=1, resources={"learner_node": 1})(FullReplay).remote(
-            config.learner, obs_dim=spaces.obs_dim, n_actions=spaces.n_actions, device="cpu"
+            config.learner,
+            obs_dim=spaces.obs_dim,
+            n_actions=spaces.n_actions,
+            device="cpu",
+            obs_mean=spaces.obs_mean,
+            obs_std=spaces.obs_std,
         )
         capacity = ray.get(learner.fill.remote())
         monitor = remote.MonitorHandle(top / "run", KillConfig(), None, stamp={})  # on the driver's node

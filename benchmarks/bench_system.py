@@ -231,7 +231,7 @@ def transport(preset: str, repeats: int) -> dict:
             t1 = time.perf_counter()
             return t1 - t0, self.timings()["encode_s"], ray.put(payload)
 
-    cfg = run_preset(preset)
+    cfg = run_preset(preset).resolved()
     d = obs_size(cfg.market)  # timed, not trained: a standardisation that changes nothing costs what the real one does
     weights = Learner(cfg.learner, obs_dim=d, n_actions=int(N_ACTIONS), **identity_obs_stats(d)).policy_weights()
     worker = TimedWorker.remote(cfg.rollout, cfg.market, worker_index=0, seed=0, weights=weights)
