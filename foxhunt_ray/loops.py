@@ -315,9 +315,9 @@ def run_ray(plan: Plan, monitor: MonitorHandle, progress: Progress, hook: Hook |
             if lost:  # the next run of the loop (a resume in this process) writes them
                 raise RuntimeError("the learner actor died")
             # a worker answers once its sample in flight is done (asked at the loop's end, while the learner drains
-            # and checkpoints): those that do not within the timeout are left out
+            # and checkpoints): those that do not within WORKER_TIMINGS_WAIT_S are left out
             asked = drive.worker_timings or [w.timings.remote() for w in workers]
-            answered, _ = ray.wait(asked, num_returns=len(asked), timeout=20)
+            answered, _ = ray.wait(asked, num_returns=len(asked), timeout=WORKER_TIMINGS_WAIT_S)
             roles = {
                 "learner": ray.get(learner.timings.remote(), timeout=60),
                 "rollout": _rollout_totals(ray.get(answered)),
@@ -355,6 +355,9 @@ with the others (an actor pending for ever would otherwise go unseen: the run tr
 LEARNER_STARTUP_GRACE_S = 1800.0
 """The wait for a learner actor's first answer (it may build the CUDA extension and capture its graphs first),
 when --learner-timeout-s is shorter."""
+WORKER_TIMINGS_WAIT_S = 20.0
+"""At the run's end, the wait for the rollout actors' timings (timings.json): an actor still pending for resources,
+or hung in a sample, never answers, and is left out of them after this long."""
 
 
 class _Drive:

@@ -270,11 +270,13 @@ def test_ppo_epochs_make_their_steps_of_every_payload_and_the_run_stops_on_its_s
 def test_ray_names_a_rollout_actor_that_never_starts(tmp_path, ray_local, monkeypatch, capsys):
     """A rollout actor whose resources Ray cannot give (here each asks a whole CPU, and the 2-CPU instance has one
     beside the learner) stays pending; the run goes on with the other and names it once, instead of saying nothing
-    (as the GPU host's twelfth actor once did). Which of the two Ray places first is its choice."""
+    (as the GPU host's twelfth actor once did). Which of the two Ray places first is its choice. The pending actor
+    never answers the timings asked at the run's end: a short wait for them ends the test sooner."""
     from foxhunt_ray import loops, remote
 
     monkeypatch.setattr(remote, "rollout_cpus", lambda n_workers: 1.0)
     monkeypatch.setattr(loops, "STARTING_WARN_S", 1.0)
+    monkeypatch.setattr(loops, "WORKER_TIMINGS_WAIT_S", 1.0)
     code, run_dir = run(tmp_path, "--steps", "240", "--rollout-workers", "2", serial=False)
     monkeypatch.undo()
     assert code == 0

@@ -399,8 +399,12 @@ def test_ray_rollout_actor_that_stops_answering_is_restarted(tmp_path, ray_local
 
 def test_ray_time_limit_ends_a_run_whose_rollout_actor_stopped_answering(tmp_path, ray_local, monkeypatch, capsys):
     """With the watchdog off (--sample-timeout-s 0) the time limit still ends the run: the driver stops waiting
-    for the silent actor's sample then, the run ends done at the step it reached with a checkpoint there."""
+    for the silent actor's sample then, the run ends done at the step it reached with a checkpoint there. The silent
+    actor never answers the timings asked at the run's end: a short wait for them ends the test sooner."""
+    from foxhunt_ray import loops
+
     monkeypatch.setattr(remote, "RolloutWorker", rollout_worker_that_hangs_once(tmp_path / "hung", at_sample=3))
+    monkeypatch.setattr(loops, "WORKER_TIMINGS_WAIT_S", 1.0)
     code, run_dir = run(tmp_path, "--rollout-workers", "1", "--sample-timeout-s", "0", "--time-limit-s", "8")
     err = capsys.readouterr().err
     assert code == 0, err[-3000:]
