@@ -64,6 +64,9 @@ def cluster():
     # `ray job stop` waits this long after its SIGTERM before a SIGKILL (default 3 s): time for the final
     # checkpoint and summary on a loaded 2-core machine
     env["RAY_JOB_STOP_WAIT_TIME_S"] = "60"
+    # the workers export their metrics (the monitor's gauges) every second, not every 10 s (Ray's default): the
+    # gauges test sees them after a few updates instead of training on for ten seconds more
+    env["RAY_metrics_report_interval_ms"] = "1000"
     # Ray's single-machine switch (README's recipe): every port of the cluster on 127.0.0.1, none on the network
     env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
     log = open(Path(temp) / "head.log", "w+")  # a file, not a pipe: a full pipe would stall `ray start`
