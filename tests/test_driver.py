@@ -275,12 +275,12 @@ def test_ray_names_a_rollout_actor_that_never_starts(tmp_path, ray_local, monkey
     from foxhunt_ray import loops, remote
 
     monkeypatch.setattr(remote, "rollout_cpus", lambda n_workers: 1.0)
-    monkeypatch.setattr(loops, "STARTING_WARN_S", 1.0)
+    monkeypatch.setattr(loops, "STARTING_WARN_S", 0.5)
     monkeypatch.setattr(loops, "WORKER_TIMINGS_WAIT_S", 1.0)
-    code, run_dir = run(tmp_path, "--steps", "240", "--rollout-workers", "2", serial=False)
+    code, run_dir = run(tmp_path, "--steps", "120", "--rollout-workers", "2", serial=False)
     monkeypatch.undo()
     assert code == 0
-    steps = assert_steps(run_dir, 240)
+    steps = assert_steps(run_dir, 120)
     (placed,) = {r["worker_index"] for r in steps}
     err = capsys.readouterr().err
     assert err.count(f"warning: rollout actor(s) [{1 - placed}] of 2 returned no sample") == 1, err
@@ -405,17 +405,17 @@ def test_ray_rollout_actor_killed_mid_run_is_restarted(tmp_path, ray_local):
     killed = []
 
     def kill_worker_0(step, workers):
-        if step >= 40 and not killed:
+        if step >= 20 and not killed:
             ray_local.kill(workers[0], no_restart=False)
             killed.append(step)
             # hold the driver until Ray has restarted the actor (a call on a restarting actor waits for it):
             # otherwise worker 1 alone can finish the run while worker 0's process still starts on 2 busy cores
             ray_local.get(workers[0].get_spaces.remote(), timeout=120)
 
-    code, run_dir = run(tmp_path, "--steps", "160", serial=False, hook=kill_worker_0)
-    assert code == 0 and len(killed) == 1 and 40 <= killed[0] <= 45
-    steps = assert_steps(run_dir, 160)
-    assert any(r["worker_index"] == 0 for r in steps[60:])  # the restarted worker 0 delivers again
+    code, run_dir = run(tmp_path, "--steps", "100", serial=False, hook=kill_worker_0)
+    assert code == 0 and len(killed) == 1 and 20 <= killed[0] <= 25
+    steps = assert_steps(run_dir, 100)
+    assert any(r["worker_index"] == 0 for r in steps[40:])  # the restarted worker 0 delivers again
 
 
 def test_ray_learner_actor_killed_mid_run_is_replaced_from_its_checkpoint(tmp_path, ray_local, capsys):
@@ -426,20 +426,20 @@ def test_ray_learner_actor_killed_mid_run_is_replaced_from_its_checkpoint(tmp_pa
     killed = []
 
     def kill_learner(step, workers):
-        if step >= 70 and not killed:
+        if step >= 35 and not killed:
             (name,) = [n for n in ray_local.util.list_named_actors() if n.startswith(LEARNER_NAME)]
             ray_local.kill(ray_local.get_actor(name), no_restart=True)
             killed.append(step)
 
-    flags = ("--steps", "160", "--checkpoint-every", "20", "--checkpoint-interval-s", "0")
+    flags = ("--steps", "70", "--checkpoint-every", "10", "--checkpoint-interval-s", "0")
     code, run_dir = run(tmp_path, *flags, serial=False, hook=kill_learner)
     err = capsys.readouterr().err
     assert code == 0 and len(killed) == 1, err[-3000:]
     assert "the learner actor died" in err and "restart 1 of at most 3" in err
-    assert_steps(run_dir, 160)  # 1..160, each once: the steps after the checkpoint were cut and trained again
+    assert_steps(run_dir, 70)  # 1..70, each once: the steps after the checkpoint were cut and trained again
     s = summary(run_dir)
-    assert s["status"] == "done" and s["step"] == 160
-    assert [st for st, _ in list_checkpoints(run_dir)][-1] == 160
+    assert s["status"] == "done" and s["step"] == 70
+    assert [st for st, _ in list_checkpoints(run_dir)][-1] == 70
 
 
 def test_ray_kill_rule_stops_the_actors(tmp_path, ray_local):
