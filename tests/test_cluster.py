@@ -29,7 +29,7 @@ from tests.test_network import listeners, loopback
 
 ROOT = Path(__file__).resolve().parents[1]
 RAY = str(Path(sys.executable).with_name("ray"))
-UPLOAD_EXCLUDES = [".venv", "runs", "build", ".git", "benchmarks/results", "**/__pycache__", "*.egg-info"]
+UPLOAD_EXCLUDES = [".venv", "runs", "build", ".git", ".devbundle", "benchmarks/results", "**/__pycache__", "*.egg-info"]
 
 pytestmark = pytest.mark.slow
 
