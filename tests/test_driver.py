@@ -405,17 +405,17 @@ def test_ray_rollout_actor_killed_mid_run_is_restarted(tmp_path, ray_local):
     killed = []
 
     def kill_worker_0(step, workers):
-        if step >= 20 and not killed:
+        if step >= 40 and not killed:
             ray_local.kill(workers[0], no_restart=False)
             killed.append(step)
             # hold the driver until Ray has restarted the actor (a call on a restarting actor waits for it):
             # otherwise worker 1 alone can finish the run while worker 0's process still starts on 2 busy cores
             ray_local.get(workers[0].get_spaces.remote(), timeout=120)
 
-    code, run_dir = run(tmp_path, "--steps", "100", serial=False, hook=kill_worker_0)
-    assert code == 0 and len(killed) == 1 and 20 <= killed[0] <= 25
-    steps = assert_steps(run_dir, 100)
-    assert any(r["worker_index"] == 0 for r in steps[40:])  # the restarted worker 0 delivers again
+    code, run_dir = run(tmp_path, "--steps", "160", serial=False, hook=kill_worker_0)
+    assert code == 0 and len(killed) == 1 and 40 <= killed[0] <= 45
+    steps = assert_steps(run_dir, 160)
+    assert any(r["worker_index"] == 0 for r in steps[60:])  # the restarted worker 0 delivers again
 
 
 def test_ray_learner_actor_killed_mid_run_is_replaced_from_its_checkpoint(tmp_path, ray_local, capsys):
