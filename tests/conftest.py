@@ -6,6 +6,20 @@ import pytest
 import torch
 
 
+def pytest_collection_modifyitems(items):
+    """The files with the most long tests (marked slow, or running on a Ray instance of the file's own) first, the
+    rest after in their own order: the two test processes (pytest.ini_options' -n 2, one file at a time each) start
+    on the long files and end on short ones, so neither waits idle for the other's last long file. A file's tests
+    stay together and in order."""
+    long_tests: dict = {}
+    first: dict = {}
+    for i, item in enumerate(items):
+        first.setdefault(item.path, i)
+        long = item.get_closest_marker("slow") is not None or "ray_local" in item.fixturenames
+        long_tests[item.path] = long_tests.get(item.path, 0) + long
+    items.sort(key=lambda item: (-long_tests[item.path], first[item.path]))
+
+
 @pytest.fixture()
 def one_torch_thread():
     """Smoke-sized ops gain nothing from intra-op threads and lose 10-25x when the CI cores are shared."""

@@ -239,6 +239,7 @@ def test_resume_to_steps_already_trained_says_so_and_changes_nothing(tmp_path, c
 # ---------------------------------------------------------------------------------------------------- a Ray run's log
 
 
+@pytest.mark.slow
 def test_a_ray_run_logs_no_error_level_line_and_no_token_warning(tmp_path):
     """The bare Ray run's log: Ray logged an error-level line for every run ("Actor ... has constructor arguments in
     the object store and max_restarts > 0", the rollout actors' weights) and a warning that token authentication

@@ -97,6 +97,7 @@ def loopback(address: str) -> bool:
     ) or host.startswith("0000:0000:0000:0000:0000:ffff:7f")  # ::ffff:127.x.x.x
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="lists sockets from Linux's /proc")
 def test_a_local_run_listens_on_loopback_only_and_joins_no_running_cluster():
     # RAY_ADDRESS points at a cluster that is not there: plain ray.init() would try to join it and fail
