@@ -391,13 +391,15 @@ def test_ray_rollout_actors_never_wait_for_weights_the_learner_has_not_made(tmp_
     learner_cls, worker_cls = _slow_weights_roles(gaps_dir, sleep_s=2.0, sample_s=0.1)
     monkeypatch.setattr(remote, "RayLearnerWorker", learner_cls)
     monkeypatch.setattr(remote, "RolloutWorker", worker_cls)
-    flags = ("--steps", "120", "--broadcast-every", "2", "--max-payloads-waiting", "64")
+    flags = ("--steps", "60", "--broadcast-every", "2", "--max-payloads-waiting", "64")
     code, run_dir = run(tmp_path, *flags, serial=False)
     monkeypatch.undo()
     assert code == 0
-    steps = assert_steps(run_dir, 120)
+    steps = assert_steps(run_dir, 60)
     gaps = [float(x) for f in gaps_dir.iterdir() for x in f.read_text().split()]
-    assert len(gaps) >= 100 and max(gaps) < 1.0, sorted(gaps)[-5:]
+    # 60 steps are enough: the two rollout actors sample at most 40 times in one of the learner's 2 s pauses, so
+    # the steps after those are sampled once the weights it made have reached them
+    assert len(gaps) >= 50 and max(gaps) < 1.0, sorted(gaps)[-5:]
     assert min(r["policy_lag"] - (r["step"] - 1) for r in steps) < 0  # some batch acted with broadcast weights
 
 
