@@ -246,7 +246,8 @@ def test_ray_full_disk_while_the_monitor_writes_diag(tmp_path, ray_local, monkey
     update, diag.jsonl cut back to steps 1..24, summary.json 'error' at 24, no .tmp; a resume goes on from the
     checkpoint at 10 or 20 to a whole run."""
     monkeypatch.setattr(remote, "RayMonitor", monitor_whose_disk_fills(diag_step=25))
-    code, run_dir = run(tmp_path, "--steps", "60", "--checkpoint-every", "10")
+    # one rollout actor: the fault is the monitor actor's
+    code, run_dir = run(tmp_path, "--steps", "60", "--checkpoint-every", "10", "--rollout-workers", "1")
     message, _ = one_message(capsys, "is full (No space left on device)")
     assert code == 1
     assert steps(run_dir) == list(range(1, 25))
@@ -264,7 +265,8 @@ def test_ray_file_size_limit_while_the_monitor_writes_a_checkpoint(tmp_path, ray
     process, EFBIG): exit 1, one message, no .tmp, the first checkpoint kept whole and loadable, diag.jsonl whole
     lines up to the failed checkpoint's step or past it, summary.json 'error'."""
     monkeypatch.setattr(remote, "RayMonitor", monitor_with_a_file_size_limit(at_checkpoint=2))
-    code, run_dir = run(tmp_path, "--steps", "60", "--checkpoint-every", "10")
+    # one rollout actor: the fault is the monitor actor's
+    code, run_dir = run(tmp_path, "--steps", "60", "--checkpoint-every", "10", "--rollout-workers", "1")
     message, _ = one_message(capsys, "reached the size this process may write (ulimit -f)")
     assert code == 1
     no_tmp(run_dir)
@@ -450,7 +452,8 @@ def test_ray_learner_actor_that_stops_answering_is_replaced(tmp_path, ray_local,
     replaces it from the newest checkpoint as it does a learner that died; the run ends done with every step of
     diag.jsonl once (before: the driver waited on the call for ever)."""
     monkeypatch.setattr(remote, "RayLearnerWorker", learner_that_hangs_once(tmp_path / "hung", at_call=12))
-    flags = ("--steps", "40", "--checkpoint-every", "5", "--learner-timeout-s", "5")
+    # one rollout actor: the fault is the learner actor's
+    flags = ("--steps", "40", "--checkpoint-every", "5", "--learner-timeout-s", "5", "--rollout-workers", "1")
     code, run_dir = run(tmp_path, *flags)
     err = capsys.readouterr().err
     assert code == 0, err[-3000:]
@@ -468,7 +471,8 @@ def test_ray_learner_actor_stuck_at_the_run_s_end_is_replaced(tmp_path, ray_loca
     the newest periodic checkpoint, which finishes the run: done at 40, diag.jsonl 1..40 each once, the final
     checkpoint at 40 (before: the driver waited on it for ever)."""
     monkeypatch.setattr(remote, "RayLearnerWorker", learner_that_hangs_once(tmp_path / "hung", at_call=0))
-    flags = ("--steps", "40", "--checkpoint-every", "5", "--learner-timeout-s", "5")
+    # one rollout actor: the fault is the learner actor's
+    flags = ("--steps", "40", "--checkpoint-every", "5", "--learner-timeout-s", "5", "--rollout-workers", "1")
     code, run_dir = run(tmp_path, *flags)
     err = capsys.readouterr().err
     assert code == 0, err[-3000:]
