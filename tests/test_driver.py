@@ -434,7 +434,8 @@ def test_ray_learner_actor_killed_mid_run_is_replaced_from_its_checkpoint(tmp_pa
             ray_local.kill(ray_local.get_actor(name), no_restart=True)
             killed.append(step)
 
-    flags = ("--steps", "70", "--checkpoint-every", "10", "--checkpoint-interval-s", "0")
+    # one rollout actor: the fault is the learner actor's (a replacement starts every actor of the run again)
+    flags = ("--steps", "70", "--checkpoint-every", "10", "--checkpoint-interval-s", "0", "--rollout-workers", "1")
     code, run_dir = run(tmp_path, *flags, serial=False, hook=kill_learner)
     err = capsys.readouterr().err
     assert code == 0 and len(killed) == 1, err[-3000:]
@@ -446,7 +447,8 @@ def test_ray_learner_actor_killed_mid_run_is_replaced_from_its_checkpoint(tmp_pa
 
 
 def test_ray_kill_rule_stops_the_actors(tmp_path, ray_local):
-    code, run_dir = run(tmp_path, "--steps", "200", "--inject-nan-at", "20", serial=False)
+    # one rollout actor: the kill is the learner's step's and the monitor's
+    code, run_dir = run(tmp_path, "--steps", "200", "--inject-nan-at", "20", "--rollout-workers", "1", serial=False)
     assert code == 3 and summary(run_dir)["rule"] == "non_finite"
     # an update queued behind the killing one (when the timing left one queued) gets no line: diag.jsonl ends
     # with the kill (the monitor actor's answer to it: the test below)
