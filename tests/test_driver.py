@@ -355,7 +355,7 @@ def _slow_weights_roles(gaps_dir: Path, sleep_s: float, sample_s: float):
 
         def policy_weights(self):
             self.asked += 1
-            if self.asked > 1:  # the first: the rollout actors' constructor weights
+            if self.asked > 1:  # the first: the weights the rollout actors' first sample calls carry
                 clock.sleep(sleep_s)
             return super().policy_weights()
 
