@@ -5,7 +5,7 @@ KEEP_CHECKPOINTS of them. Each is `torch.save` of a dict:
 
 - `format`: RUN_CHECKPOINT_FORMAT (`foxhunt_ray.run/1`);
 - `step`: the learner step it was taken at;
-- `learner`: `Learner.state_dict()`, of format `learner.learner.CHECKPOINT_FORMAT`: its `config` (the
+- `learner`: `Learner.state_dict()`, of format `learner.config.CHECKPOINT_FORMAT`: its `config` (the
   LearnerConfig as a dict), `obs_dim`, `n_actions`, the networks' flat parameters, Adam and target copies,
   the replay buffer and the on-policy queue, the RNG states;
 - `stats`: the episode totals (actors.episode_stats.EpisodeStats), `bad_payloads`: the payloads refused so far.
@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from actors.files import write_atomic
+from learner.config import CHECKPOINT_FORMAT as LEARNER_FORMAT
 from learner.config import LearnerConfig
-from learner.learner import CHECKPOINT_FORMAT as LEARNER_FORMAT
 from lobsim_env.validation import InputError
 
 CHECKPOINT_DIR = "checkpoints"

@@ -50,8 +50,7 @@ from actors.files import write_atomic
 from actors.monitor import SUMMARY_FILE
 from foxhunt_ray.config import RunConfig, from_dict
 from foxhunt_ray.plan import DriverConfig
-from learner.config import RETIRED_FIELDS, FaultInjection, LearnerConfig
-from learner.learner import config_differences
+from learner.config import RETIRED_FIELDS, FaultInjection, LearnerConfig, config_differences
 from lobsim_env.validation import InputError
 
 CONFIG_FILE = "config.json"

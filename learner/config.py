@@ -9,6 +9,7 @@ together.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, fields
 from typing import Annotated, Literal
@@ -225,3 +226,18 @@ CONFIG_DEFAULTS: dict = {f.name: f.default for f in fields(LearnerConfig)}
 defaults to what the code did before it)."""
 RETIRED_FIELDS = frozenset({"inject_nan_at", "flip_distill_sign"})
 """LearnerConfig fields that moved to FaultInjection: a checkpoint or config.json of older code may hold them."""
+CHECKPOINT_FORMAT = "foxhunt_ray.learner/1"
+"""The format of a learner's state_dict (Learner.state_dict): its checkpoints carry it and its config."""
+EXECUTION_ONLY = frozenset({"cuda_graph", "matmul_precision"})
+"""LearnerConfig fields that change how, not what, a learner computes: a checkpoint loads across them."""
+
+
+def config_differences(cfg: LearnerConfig, saved: dict) -> list[str]:
+    """The LearnerConfig fields on which a checkpoint's saved config (its 'config' entry) differs from cfg, those
+    that only change how it computes (EXECUTION_ONLY) left out: a checkpoint loads only into a learner with none.
+    A field added since the checkpoint was written is absent from its config: it ran with the default (every new
+    field defaults to what the code did before it existed). The fields that moved to FaultInjection
+    (RETIRED_FIELDS) are not compared: they were never part of what a learner computes."""
+    mine, theirs = dataclasses.asdict(cfg), {**CONFIG_DEFAULTS, **saved}
+    ignored = EXECUTION_ONLY | RETIRED_FIELDS
+    return sorted(k for k in (set(mine) | set(theirs)) - ignored if mine.get(k) != theirs.get(k))

@@ -28,7 +28,7 @@ from learner import diag as D
 from learner import graph as G
 from learner import losses as L
 from learner import ops
-from learner.config import CONFIG_DEFAULTS, NO_FAULTS, RETIRED_FIELDS, FaultInjection, LearnerConfig
+from learner.config import CHECKPOINT_FORMAT, NO_FAULTS, FaultInjection, LearnerConfig, config_differences
 from learner.network import (
     DuelingQHead,
     MainNet,
@@ -47,24 +47,11 @@ from learner.replay import (
     rollout_from_batch,
 )
 
-CHECKPOINT_FORMAT = "foxhunt_ray.learner/1"
-_EXECUTION_ONLY = frozenset({"cuda_graph", "matmul_precision"})  # fields that change how, not what, it computes
 _DUELING_SEED_OFFSET = 0x5EED  # the dueling head's own generator: seeded apart from the main net's RNG
 V_IQN_MEAN = "v_iqn_mean"
 """Diag key (iqn_baseline on): mean V_IQN over the rollout's valid states, beside v_scalar_mean (its scale)."""
 BASELINE_ALPHA = "baseline_alpha"
 """Diag key (iqn_baseline='blend'): this step's alpha in alpha*V_scalar + (1-alpha)*V_IQN."""
-
-
-def config_differences(cfg: LearnerConfig, saved: dict) -> list[str]:
-    """The LearnerConfig fields on which a checkpoint's saved config (its 'config' entry) differs from cfg, those
-    that only change how it computes (cuda_graph, matmul_precision) left out: a checkpoint loads only into a
-    learner with none. A field added since the checkpoint was written is absent from its config: it ran with the
-    default (every new field defaults to what the code did before it existed). The fields that moved to
-    FaultInjection (RETIRED_FIELDS) are not compared: they were never part of what a learner computes."""
-    mine, theirs = dataclasses.asdict(cfg), {**CONFIG_DEFAULTS, **saved}
-    ignored = _EXECUTION_ONLY | RETIRED_FIELDS
-    return sorted(k for k in (set(mine) | set(theirs)) - ignored if mine.get(k) != theirs.get(k))
 
 
 def _nothing() -> None:

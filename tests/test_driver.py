@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -215,6 +216,8 @@ def test_ctrl_c_stops_cleanly_and_keeps_a_checkpoint(tmp_path):
 
 
 def test_ray_smoke_run(tmp_path, ray_local, monkeypatch):
+    import ray
+
     from foxhunt_ray import remote
 
     monitors = []
@@ -224,10 +227,16 @@ def test_ray_smoke_run(tmp_path, ray_local, monkeypatch):
             super().__init__(*args, **kwargs)
             monitors.append(self)
 
+        def close(self):  # what the monitor's process imported, asked before close() ends it
+            self.modules = ray.get(self.actor.__ray_call__.remote(lambda _: sorted(sys.modules)))
+            super().close()
+
     monkeypatch.setattr(remote, "MonitorHandle", SpyHandle)
     code, run_dir = run(tmp_path, "--steps", "100", "--checkpoint-every", "50", serial=False)
     assert code == 0
     assert len(monitors) == 1 and monitors[0].last["step"] == 100 and monitors[0].exit_code == 0
+    # the monitor recorded 100 diags and wrote two checkpoints without torch (foxhunt_ray.monitor_actor)
+    assert "actors.monitor" in monitors[0].modules and "torch" not in monitors[0].modules
     steps = assert_steps(run_dir, 100)
     assert {r["worker_index"] for r in steps} == {0, 1}
     assert summary(run_dir)["status"] == "done"
@@ -278,10 +287,10 @@ def test_ray_names_a_rollout_actor_that_never_starts(tmp_path, ray_local, monkey
     monkeypatch.setattr(remote, "rollout_cpus", lambda n_workers: 1.0)
     monkeypatch.setattr(loops, "STARTING_WARN_S", 0.5)
     monkeypatch.setattr(loops, "WORKER_TIMINGS_WAIT_S", 1.0)
-    code, run_dir = run(tmp_path, "--steps", "120", "--rollout-workers", "2", serial=False)
+    code, run_dir = run(tmp_path, "--steps", "60", "--rollout-workers", "2", serial=False)
     monkeypatch.undo()
     assert code == 0
-    steps = assert_steps(run_dir, 120)
+    steps = assert_steps(run_dir, 60)
     (placed,) = {r["worker_index"] for r in steps}
     err = capsys.readouterr().err
     assert err.count(f"warning: rollout actor(s) [{1 - placed}] of 2 returned no sample") == 1, err

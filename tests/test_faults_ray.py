@@ -244,7 +244,8 @@ def monitor_with_a_file_size_limit(*, at_checkpoint: int):
 def test_ray_full_disk_while_the_monitor_writes_diag(tmp_path, ray_local, monkeypatch, capsys):
     """ENOSPC half-way through step 25's line in the monitor actor: exit 1, one message naming the last whole
     update, diag.jsonl cut back to steps 1..24, summary.json 'error' at 24, no .tmp; a resume goes on from the
-    checkpoint at 10 or 20 to a whole run."""
+    checkpoint at 10 or 20 to a whole run (in serial mode: the folder the fault left is what is checked; a resume
+    in Ray mode is the starvation test's)."""
     monkeypatch.setattr(remote, "RayMonitor", monitor_whose_disk_fills(diag_step=25))
     # one rollout actor: the fault is the monitor actor's
     code, run_dir = run(tmp_path, "--steps", "60", "--checkpoint-every", "10", "--rollout-workers", "1")
@@ -256,7 +257,7 @@ def test_ray_full_disk_while_the_monitor_writes_diag(tmp_path, ray_local, monkey
     assert "the run stopped after update 24;" in message and f"--resume {run_dir}" in message
     no_tmp(run_dir)
     monkeypatch.undo()
-    assert driver.main(["--resume", str(run_dir), "--quiet", "--steps", "40"]) == 0
+    assert driver.main(["--resume", str(run_dir), "--serial", "--quiet", "--steps", "40"]) == 0
     assert steps(run_dir) == list(range(1, 41)) and summary(run_dir)["status"] == "done"
 
 
