@@ -1,5 +1,6 @@
 """LOBSTER loading: exact parsing of the sample files, and one named error per kind of malformed input, each
-on the compiled parser and on the numpy path (the `parser` fixture)."""
+on the compiled parser and on the numpy path (the `parser` fixture). The newer format (a seventh message column,
+cross trades of type 6) is tested on a sample file given a seventh column here."""
 
 from __future__ import annotations
 
@@ -55,6 +56,42 @@ def replaced(lines: list[str], row: int, line: str) -> list[str]:
     out = list(lines)
     out[row - 1] = line
     return out
+
+
+def sample_members(path: Path) -> tuple[str, bytes, str, bytes]:
+    """A LOBSTER zip's message member (name, text) and orderbook member (name, text)."""
+    with zipfile.ZipFile(path) as zf:
+        msg, ob = (next(n for n in zf.namelist() if f"_{kind}_" in n) for kind in ("message", "orderbook"))
+        return msg, zf.read(msg), ob, zf.read(ob)
+
+
+def write_pair_zip(path: Path, msg: str, msg_text: bytes, ob: str, ob_text: bytes) -> Path:
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr(msg, msg_text)
+        zf.writestr(ob, ob_text)
+    return path
+
+
+def seventh_column_tokens(n: int) -> list[bytes]:
+    """Values of several kinds and widths for a seventh column: integers of 1 to 9 digits, an MPID-like token,
+    a negative number, and an empty field."""
+    out = []
+    for k in range(n):
+        if k % 11 == 0:
+            out.append(b"")
+        elif k % 7 == 0:
+            out.append(b"NSDQ")
+        elif k % 13 == 0:
+            out.append(b"-%d" % k)
+        else:
+            out.append(b"%d" % (k * 7919 % 10 ** (1 + k % 9)))
+    return out
+
+
+def with_seventh_column(text: bytes, tokens: list[bytes]) -> bytes:
+    lines = text.split(b"\n")[:-1]
+    assert len(lines) == len(tokens)
+    return b"".join(line + b"," + token + b"\n" for line, token in zip(lines, tokens, strict=True))
 
 
 # --------------------------------------------------------------------------------------------- sample files
@@ -151,11 +188,111 @@ def test_halt_messages_are_valid(tmp_path: Path) -> None:
     assert load_day(write_day(tmp_path, msgs, BOOK)).event_type[2] == 7
 
 
+@pytest.mark.parametrize(
+    "line",
+    [
+        "34200.1,6,-1,12000,5800500,1",  # opening cross (pseudo id -1) at a half-cent price
+        "34200.1,6,-2,0,0,-1",  # a cross that matched nothing
+        "34200.1,6,-3,700,5800000,0",  # no side
+    ],
+)
+def test_cross_messages_are_valid(tmp_path: Path, line: str) -> None:
+    # Row 3 of BOOK repeats row 2, as LOBSTER writes it after a message that leaves the book as it was.
+    day = load_day(write_day(tmp_path, replaced(MESSAGES, 3, line), BOOK))
+    fields = [int(v) for v in line.split(",")[1:]]
+    assert [int(a[2]) for a in (day.event_type, day.order_id, day.size, day.price, day.direction)] == fields
+    assert day.extra is None
+
+
+# ------------------------------------------------------------------------------------- seven-column files
+
+
+@needs_data
+def test_seven_column_sample_loads_like_the_six_column_one(tmp_path: Path) -> None:
+    msg, msg_text, ob, ob_text = sample_members(GOOG_1)
+    tokens = seventh_column_tokens(msg_text.count(b"\n"))
+    six = load_day(GOOG_1)
+    seven = load_day(write_pair_zip(tmp_path / GOOG_1.name, msg, with_seventh_column(msg_text, tokens), ob, ob_text))
+    for name in ("time_ns", "event_type", "order_id", "size", "price", "direction", "book"):
+        a, b = getattr(six, name), getattr(seven, name)
+        assert a.dtype == b.dtype and np.array_equal(a, b), name
+    assert (seven.ticker, seven.date, seven.levels) == (six.ticker, six.date, six.levels)
+    assert seven.extra.dtype == np.dtype("S9") and seven.extra.tolist() == tokens
+    # The same, as CSV files with CRLF line ends (normalised before the seventh column is split off).
+    crlf = with_seventh_column(msg_text, tokens).replace(b"\n", b"\r\n")
+    (tmp_path / msg).write_bytes(crlf)
+    (tmp_path / ob).write_bytes(ob_text)
+    again = load_day(tmp_path / msg)
+    assert again.extra.tolist() == tokens and np.array_equal(again.time_ns, six.time_ns)
+
+
+def test_an_empty_seventh_column_is_kept_empty(tmp_path: Path) -> None:
+    day = load_day(write_day(tmp_path, [line + "," for line in MESSAGES], BOOK))  # a trailing comma on every line
+    assert day.extra.dtype == np.dtype("S1") and day.extra.tolist() == [b""] * 4
+    assert day.time_ns.tolist() == [34200_015105074, 34200_100000000, 34200_100000001, 34201_000000000]
+
+
+def test_seventh_column_values_are_stripped(tmp_path: Path) -> None:
+    msgs = [line + ",NSDQ" for line in MESSAGES]
+    msgs[1] = msgs[1].replace("NSDQ", " GSCO\t")  # whitespace around a value: the line-by-line parser strips it
+    day = load_day(write_day(tmp_path, msgs, BOOK))
+    assert day.extra.tolist() == [b"NSDQ", b"GSCO", b"NSDQ", b"NSDQ"]
+
+
+@pytest.mark.parametrize(
+    ("token", "error"),
+    [
+        ("NS DQ", r"row 2, column 7 \(extra\): value 'NS DQ'; expected at most 32 printable"),
+        ("x" * 33, r"row 2, column 7 \(extra\): value 'x{33}'"),
+        ("\u00e9", r"row 2, column 7 \(extra\): value '\u00e9'"),
+    ],
+)
+def test_malformed_seventh_column_is_named(tmp_path: Path, token: str, error: str) -> None:
+    msgs = [line + ",1" for line in MESSAGES]
+    msgs[1] = f"{MESSAGES[1]},{token}"
+    with pytest.raises(LobsterFormatError, match=error):
+        load_day(write_day(tmp_path, msgs, BOOK))
+
+
+@pytest.mark.parametrize(
+    ("rows", "error"),
+    [
+        ({2: ",7"}, r"row 2 has 7 columns, expected 6 \(every row as many as row 1"),
+        ({1: ",7", 2: ",7", 4: ",7"}, r"row 3 has 6 columns, expected 7 \(every row as many as row 1"),
+        ({1: ",7", 3: ",7,8"}, r"row 2 has 6 columns, expected 7"),  # the first row that differs is named
+    ],
+)
+def test_mixed_six_and_seven_columns_are_refused(tmp_path: Path, rows: dict[int, str], error: str) -> None:
+    msgs = [line + rows.get(k + 1, "") for k, line in enumerate(MESSAGES)]
+    with pytest.raises(LobsterFormatError, match=error) as info:
+        load_day(write_day(tmp_path, msgs, BOOK))
+    assert f"{STEM}_message_2.csv" in str(info.value)
+
+
+@needs_data
+def test_a_sample_mixing_six_and_seven_columns_is_refused(tmp_path: Path) -> None:
+    msg, msg_text, ob, ob_text = sample_members(GOOG_1)
+    lines = with_seventh_column(msg_text, seventh_column_tokens(msg_text.count(b"\n"))).split(b"\n")
+    lines[29999] = lines[29999].rsplit(b",", 1)[0]  # row 30000 without its seventh column
+    path = write_pair_zip(tmp_path / GOOG_1.name, msg, b"\n".join(lines), ob, ob_text)
+    with pytest.raises(LobsterFormatError, match=r"row 30000 has 6 columns, expected 7 \(every row as many as row 1"):
+        load_day(path)
+
+
 # ------------------------------------------------------------------------------------------------ malformed
 
 BAD_MESSAGES = [
     ("34200.1,1,12,50,5801000", r"row 2 has 5 columns, expected 6"),
-    ("34200.1,6,12,50,5801000,-1", r"row 2, column 2 \(type\): value 6; expected an event type"),
+    (
+        "34200.1,8,12,50,5801000,-1",
+        r"row 2, column 2 \(type\): value 8; expected an event type in \(1, 2, 3, 4, 5, 6, 7\)",
+    ),
+    ("34200.1,1,-12,50,5801000,-1", r"row 2, column 3 \(order_id\): value -12; expected a non-negative integer"),
+    ("34200.1,6,-1,-5,5801000,-1", r"row 2, column 4 \(size\): value -5; expected a number of shares in 0\.\."),
+    ("34200.1,6,-1,5,5801010,-1", r"row 2, column 5 \(price\): value 5801010; expected a non-negative multiple of 50"),
+    ("34200.1,6,-1,5,-100,-1", r"row 2, column 5 \(price\): value -100; expected a non-negative multiple of 50"),
+    ("34200.1,6,-1,5,5801000,2", r"row 2, column 6 \(direction\): value 2; expected a direction of 1, -1 or 0"),
+    ("34200.1,1,12,50,5801000,0,7", r"row 2 has 7 columns, expected 6"),
     ("34200.0,1,12,50,5801000,-1", r"row 2, column 1 \(time\): 34200.000000000 is before the previous row's"),
     ("34200.1,1,12,0,5801000,-1", r"row 2, column 4 \(size\): value 0; expected a positive integer"),
     ("34200.1,1,12,-5,5801000,-1", r"row 2, column 4 \(size\): value -5"),

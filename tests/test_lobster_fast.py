@@ -4,8 +4,8 @@ Both must give bit-identical arrays and the very same LobsterFormatError message
 compiled parser only ever accepts plain integer text (anything else goes to the numpy parser), and where it
 finds a broken rule the numpy validator names it. Zip members are inflated by libdeflate where the module
 finds it, else by zlib. tests/test_lobster.py runs each of its cases on both paths; this file compares them on
-all six sample files (load with either inflater, and full replay), on corrupt members, and on random valid and
-broken files (hypothesis).
+all six sample files (load with either inflater, and full replay), on a sample given a seventh column and
+crosses, on corrupt members, and on random valid and broken files of six or seven columns (hypothesis).
 """
 
 from __future__ import annotations
@@ -30,8 +30,19 @@ from lobsim_env.lobster.files import (
     LobsterFormatError,
     load_day,
 )
-from tests.test_lobster import BOOK, DATA, MESSAGES, STEM, needs_data
-from tests.test_lobster_reconstruct import EXPECTED, random_day, small_day
+from tests.test_lobster import (
+    BOOK,
+    DATA,
+    GOOG_1,
+    MESSAGES,
+    STEM,
+    needs_data,
+    sample_members,
+    seventh_column_tokens,
+    with_seventh_column,
+    write_pair_zip,
+)
+from tests.test_lobster_reconstruct import EXPECTED, random_day, small_day, with_crosses
 
 pytestmark = pytest.mark.skipif(
     files._C is None, reason="the compiled parser is not built (pip install -e . without a C compiler)"
@@ -118,9 +129,24 @@ def test_random_days_replay_identically(seed: int, levels: int) -> None:
         assert np.array_equal(getattr(fast, f), getattr(ref, f)), f
 
 
+@needs_data
+def test_seven_columns_and_crosses_load_and_replay_identically(tmp_path: Path) -> None:
+    msg, msg_text, ob, ob_text = sample_members(GOOG_1)
+    msg_text, ob_text, crosses = with_crosses(msg_text, ob_text, [1, 100, 20000, 49482])
+    msg_text = with_seventh_column(msg_text, seventh_column_tokens(msg_text.count(b"\n")))
+    path = write_pair_zip(tmp_path / GOOG_1.name, msg, msg_text, ob, ob_text)
+    compiled, numpy_day = load_both(path)
+    assert_same(compiled, numpy_day)
+    assert compiled.extra is not None and (compiled.event_type[crosses] == 6).all()
+    fast, ref = reconstruct._replay_compiled(compiled), reconstruct._replay_numpy(compiled)
+    for f in ("book", "undetermined", "effect", "level"):
+        assert np.array_equal(getattr(fast, f), getattr(ref, f)), f
+
+
 def test_inconsistent_and_halted_messages_replay_identically() -> None:
     b = [101, 15, 100, 9, 102, 4, 98, 6]
     msgs = [(5, 1, 100, 1), (4, 20, 100, 1), (2, 1, 99, 1), (7, 0, -1, -1), (1, 3, 110, -1), (3, 9, 100, 1)]
+    msgs += [(6, 300, 100, 0), (6, 0, 0, -1)]  # crosses, one without a side
     day = small_day(msgs, [b] * len(msgs))
     fast, ref = reconstruct._replay_compiled(day), reconstruct._replay_numpy(day)
     for f in ("book", "undetermined", "effect", "level"):
@@ -180,6 +206,9 @@ def test_compiled_functions_check_their_buffers() -> None:
     assert files._C.parse_messages(b"1.5,1,1,1,100,1\n", 1, cols) == files._VALID
     assert cols.tolist() == [1_500_000_000, 1, 1, 1, 100, 1]
     assert files._C.parse_messages(b"1.5,1,1,1,100,1", 1, cols) == files._FALLBACK  # no final newline
+    # A seventh column: the compiled parser does not take it (files._split_extra gives it the first six).
+    assert files._C.parse_messages(b"1.5,1,1,1,100,1,7\n", 1, cols) == files._FALLBACK
+    assert files._C.parse_messages(b"1.5,1,1,1,100,1,\n", 1, cols) == files._FALLBACK
     assert files._C.parse_messages(np.frombuffer(b"1.5,1,1,1,100,1\n1.5,", np.uint8), 1, cols) == files._FALLBACK
     assert files._C.lines(b"a\nb\n\n") == 3 and files._C.lines(np.zeros(5, np.uint8)) == 0
 
@@ -216,6 +245,8 @@ EDGE_VALUES = [
     -(10**19),
 ]
 TOKENS = ["", " 5", "5 ", "+5", "0007", "-0", "5.0", "x", "--5", "5-", "1e3", "\t1"]
+# Values of a seventh column: kept as text when printable ASCII without spaces, up to 32 bytes (after stripping).
+EXTRA_TOKENS = ["", "0", "NSDQ", "-12", "1.5", "x" * 32, "x" * 33, " GSCO", "GSCO\t", "N SDQ", "\u00e9", "\x00", "a;b"]
 MUTATION_BYTES = b",\n-+ .0\r\tx"
 
 
@@ -253,18 +284,29 @@ def book_text(draw: st.DrawFn, levels: int, rows: int) -> bytes:
 
 @st.composite
 def message_text(draw: st.DrawFn, rows: int) -> bytes:
-    """Valid message lines (times of 1-18 decimals), then maybe one field replaced and one byte mutated."""
+    """Valid message lines (times of 1-18 decimals; submissions and crosses; six columns or seven), then maybe
+    one field replaced, one row's seventh column left out, and one byte mutated."""
     lines, seconds = [], 34200
+    seven = draw(st.booleans())
     for k in range(rows):
         seconds += draw(st.integers(0, 1))
         frac = "".join(draw(st.lists(st.sampled_from("0123456789"), min_size=1, max_size=18)))
-        lines.append([f"{seconds}.{frac}", "1", str(k), str(draw(st.integers(1, 10**6))), "5800000", "1"])
+        size = str(draw(st.integers(1, 10**6)))
+        if draw(st.integers(0, 4)) == 0:  # a cross: pseudo order id, any side
+            line = [f"{seconds}.{frac}", "6", str(-1 - k % 4), size, "5800050", draw(st.sampled_from("10"))]
+        else:
+            line = [f"{seconds}.{frac}", "1", str(k), size, "5800000", "1"]
+        lines.append(line + ([draw(st.sampled_from(EXTRA_TOKENS[:5]))] if seven else []))
     if draw(st.booleans()):
-        r, c = draw(st.integers(0, rows - 1)), draw(st.integers(0, 5))
+        r, c = draw(st.integers(0, rows - 1)), draw(st.integers(0, 5 + seven))
         tokens = [str(v) for v in EDGE_VALUES] + TOKENS
         if c == 0:
             tokens += ["34200", "34200.", ".5", "1234567.1", "34200.1234567890123456789", "34200.0999999996"]
+        if c == 6:
+            tokens = EXTRA_TOKENS
         lines[r][c] = draw(st.sampled_from(tokens))
+    if seven and draw(st.integers(0, 4)) == 0:
+        del lines[draw(st.integers(0, rows - 1))][6]  # six columns among seven
     text = bytearray("".join(",".join(line) + "\n" for line in lines).encode())
     if draw(st.booleans()):
         text[draw(st.integers(0, len(text) - 1))] = draw(st.sampled_from(MUTATION_BYTES))
@@ -310,3 +352,28 @@ def test_compiled_validation_is_exactly_the_numpy_rules(data: st.DataObject, lev
     except LobsterFormatError:
         valid = False
     assert valid == (status == files._VALID)
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data(), rows=st.integers(1, 12))
+def test_the_seventh_column_split_is_the_line_parser(data: st.DataObject, rows: int) -> None:
+    # Both paths take a seventh column off with files._split_extra; where it takes a text, its result must be what
+    # the line-by-line parser (the one it stands in for) makes of the whole text: the same arrays or error.
+    text = files._normalise(data.draw(message_text(rows)))
+    split = files._split_extra(text) if text else None
+    if split is None:
+        return
+    six, extra = split
+
+    def slow(t: bytes) -> tuple[list, ...] | str:
+        try:
+            time_ns, table, kept = files._slow_messages(t, "x")
+        except LobsterFormatError as e:
+            return str(e)
+        return time_ns.tolist(), table.tolist(), None if kept is None else (kept.dtype, kept.tolist())
+
+    whole, first_six = slow(text), slow(six)
+    if isinstance(whole, str):
+        assert whole == first_six
+    else:
+        assert first_six[2] is None and whole == (*first_six[:2], (extra.dtype, extra.tolist()))

@@ -35,7 +35,18 @@ from lobsim_env.lobster.reconstruct import (
     replay,
     replay_sequential,
 )
-from tests.test_lobster import BOOK, DATA, MESSAGES, needs_data, replaced, write_day
+from tests.test_lobster import (
+    BOOK,
+    DATA,
+    MESSAGES,
+    needs_data,
+    replaced,
+    sample_members,
+    seventh_column_tokens,
+    with_seventh_column,
+    write_day,
+    write_pair_zip,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -125,6 +136,46 @@ def test_fewer_levels_replay_the_top_of_a_deeper_file() -> None:
     assert (replay(day).effect == BEYOND_DEPTH).sum() == 155935 - 57515
 
 
+def with_crosses(msg_text: bytes, ob_text: bytes, after: list[int]) -> tuple[bytes, bytes, list[int]]:
+    """The message and orderbook texts with a cross (type 6) after each 1-based row of `after`, its orderbook row
+    repeating the one before it as LOBSTER writes it: at that row's time and best bid, LOBSTER's pseudo order
+    ids (-1 opening, -2 closing, -3 / -4 others), every direction (1, -1 and 0). Also the crosses' 0-based rows."""
+    msgs, books = msg_text.split(b"\n")[:-1], ob_text.split(b"\n")[:-1]
+    out_msgs, out_books, rows = [], [], []
+    for k, (msg, book) in enumerate(zip(msgs, books, strict=True)):
+        out_msgs.append(msg)
+        out_books.append(book)
+        if k + 1 in after:
+            n = len(rows)
+            time, best_bid = msg.split(b",")[0], book.split(b",")[2]
+            out_msgs.append(b"%s,6,%d,%d,%s,%d" % (time, -1 - n % 4, 1000 + n, best_bid, (1, -1, 0)[n % 3]))
+            out_books.append(book)
+            rows.append(len(out_msgs) - 1)
+    return b"\n".join(out_msgs) + b"\n", b"\n".join(out_books) + b"\n", rows
+
+
+@needs_data
+@pytest.mark.parametrize("name", ["GOOG_2012-06-21_1", "AMZN_2012-06-21_5"])
+def test_crosses_in_a_seven_column_file_change_nothing(tmp_path: Path, name: str) -> None:
+    # The newer LOBSTER format on a sample day: a seventh column and cross trades (type 6).
+    rows, matched, revealed = EXPECTED[name]
+    msg, msg_text, ob, ob_text = sample_members(DATA / f"LOBSTER_SampleFile_{name}.zip")
+    msg_text, ob_text, crosses = with_crosses(msg_text, ob_text, [1, 2, 500, 501, 7000, 15000, 30000, rows])
+    msg_text = with_seventh_column(msg_text, seventh_column_tokens(rows + len(crosses)))
+    day = load_day(write_pair_zip(tmp_path / f"LOBSTER_SampleFile_{name}.zip", msg, msg_text, ob, ob_text))
+    assert day.n_messages == rows + 8 and np.flatnonzero(day.event_type == 6).tolist() == crosses
+    assert day.order_id[crosses].tolist() == [-1, -2, -3, -4] * 2 and day.extra.size == day.n_messages
+    res = replay(day)
+    assert (res.effect[crosses] == NO_EFFECT).all() and (res.level[crosses] == -1).all()
+    assert np.array_equal(res.book[crosses], res.book[np.array(crosses) - 1])
+    rep = check(day, res)
+    assert rep.ok and rep.rows_matched == matched + 8
+    assert rep.exceptions == {OPENING_ROW: 1, REVEALED_LEVEL: revealed}
+    slow = replay_sequential(day, stop=20_000)  # the reference agrees where five of the crosses lie
+    for f in ("book", "undetermined", "effect", "level"):
+        assert np.array_equal(getattr(res, f)[:20_000], getattr(slow, f)), f
+
+
 # --------------------------------------------------------------------------------- hand-built small cases
 
 
@@ -204,6 +255,22 @@ def test_opening_book_undoes_the_first_message() -> None:
     day = small_day([(1, 5, 99, 1)], [[101, 15, 99, 5, 102, 4, 98, 6]])
     row, unknown = opening_book(day)
     assert row.tolist() == [101, 15, 98, 6, 102, 4, B, 0] and unknown.tolist() == [0, 0, 0, 0, 0, 0, 1, 1]
+
+
+def test_a_cross_changes_nothing_by_hand() -> None:
+    b = [101, 15, 100, 9, 102, 4, 98, 6]
+    msgs = [(6, 500, 100, 0), (1, 5, 101, -1), (6, 0, 0, 1), (6, 300, 10050, -1)]
+    book = [b, [101, 20, 100, 9, 102, 4, 98, 6], [101, 20, 100, 9, 102, 4, 98, 6], [101, 20, 100, 9, 102, 4, 98, 6]]
+    day = small_day(msgs, book)
+    assert opening_book(day)[0].tolist() == b  # a first message that is a cross: nothing to undo
+    for res in (replay(day), replay_sequential(day)):
+        assert res.effect.tolist() == [NO_EFFECT, SIZE_UP, NO_EFFECT, NO_EFFECT]
+        assert res.level.tolist() == [-1, 0, -1, -1] and res.book.tolist() == book
+    rep = check(day)
+    assert rep.ok and rep.rows_matched == 3
+    # A file whose row after a cross differs from the row before it is not explained by the cross.
+    changed = [*book[:2], [101, 20, 100, 8, 102, 4, 98, 6], book[3]]
+    assert check(small_day(msgs, changed)).first_unexplained[0].row == 3
 
 
 def test_removing_more_than_is_shown_is_inconsistent() -> None:

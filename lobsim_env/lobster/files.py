@@ -16,6 +16,10 @@ with a missing or extra field shifts the sentinel out of its column, so field co
 without a per-line Python loop. Whenever it sees anything it does not expect, a plain line-by-line parser
 takes over: it either parses the file exactly (e.g. a timestamp without a decimal point) or raises
 `LobsterFormatError` naming file, row, column and value.
+
+Message files have six columns (the 2012 samples) or seven (recent LOBSTER versions), the same on every row. The
+seventh is kept as text, uninterpreted (LobsterDay.extra): a vectorised split takes it off, and the first six
+columns go through the parsers above exactly as a six-column file's do, so both paths give the same arrays.
 """
 
 from __future__ import annotations
@@ -40,11 +44,18 @@ DUMMY_ASK_PRICE = 9_999_999_999
 DUMMY_BID_PRICE = -9_999_999_999
 MAX_SIZE = 10**12
 """Sizes at or above this are rejected (np.fromstring saturates overflowing integers; this catches them)."""
-EVENT_TYPES = (1, 2, 3, 4, 5, 7)
+EVENT_TYPES = (1, 2, 3, 4, 5, 6, 7)
+CROSS = 6
+"""Event type of a cross trade (an auction: opening, closing, halt or IPO cross). LOBSTER adds it for the record;
+the executions it aggregates are in the file already, so it changes nothing in the book."""
 MESSAGE_COLUMNS = ("time", "type", "order_id", "size", "price", "direction")
+EXTRA_COLUMN = "extra"
+"""The name errors give the seventh column of the message files that recent LOBSTER versions write."""
+MAX_EXTRA_BYTES = 32
+"""The longest value of the seventh column kept (LobsterDay.extra); a longer one is an error naming its row."""
 
-# A value that is invalid in every column of both files (prices are multiples of 50 or dummies, sizes >= 0,
-# directions +-1, halt prices -1/0/1), appended to every line so that field-count errors become visible.
+# A value that is invalid in every column of the orderbook file (prices are positive multiples of 100 or dummies,
+# sizes >= 0), appended to each of its lines so that field-count errors become visible.
 _SENTINEL = -7
 _SENTINEL_TEXT = b",-7,"
 _MAX_DECIMALS = 18  # beyond 9 only float-print noise; 18 keeps the fraction inside int64
@@ -172,20 +183,25 @@ class LobsterDay:
     time_ns: np.ndarray
     """int64[M]: nanoseconds after midnight, parsed exactly from the decimal seconds."""
     event_type: np.ndarray
-    """int8[M]: 1 submit, 2 partial cancel, 3 delete, 4 visible execution, 5 hidden execution, 7 halt."""
+    """int8[M]: 1 submit, 2 partial cancel, 3 delete, 4 visible execution, 5 hidden execution, 6 cross (an
+    auction trade; it repeats the previous book), 7 halt."""
     order_id: np.ndarray
-    """int64[M]."""
+    """int64[M]: >= 0, but for crosses (type 6): LOBSTER's pseudo ids, -1 opening, -2 closing, -3 / -4 others."""
     size: np.ndarray
-    """int64[M]: shares (0 only for halts)."""
+    """int64[M]: shares (0 for halts, and may be 0 for a cross that matched nothing)."""
     price: np.ndarray
     """int64[M]: dollars * 10000."""
     direction: np.ndarray
-    """int8[M]: +1 buy order (bid side), -1 sell order (ask side)."""
+    """int8[M]: +1 buy order (bid side), -1 sell order (ask side); a cross (type 6) may also hold 0."""
     book: np.ndarray | None
     """int64[M, 4*levels]: ask_p1, ask_s1, bid_p1, bid_s1, ask_p2, ...; None without an orderbook file.
     Empty levels hold price DUMMY_BID_PRICE / DUMMY_ASK_PRICE and size 0."""
     source: Path
     """The zip or message CSV this day was loaded from."""
+    extra: np.ndarray | None = None
+    """bytes[M] (numpy `S<w>`, w the longest value, at least 1): the message file's seventh column, each value
+    as the file writes it (surrounding whitespace stripped), uninterpreted; None for a file of six columns.
+    Nothing in the replay reads it."""
 
     @property
     def n_messages(self) -> int:
@@ -234,8 +250,7 @@ def load_day(
     if not isinstance(levels, int) or isinstance(levels, bool) or not 1 <= levels <= file_levels:
         raise LobsterFormatError(f"{path}: levels={levels!r} must be an integer in 1..{file_levels} (the file's depth)")
     label = _label(path, msg_name)
-    cols = _parse_messages(msg_text, label)
-    time_ns, event_type, order_id, size, price, direction = cols
+    time_ns, event_type, order_id, size, price, direction, extra = _parse_messages(msg_text, label)
     lap("parse_messages")
     _validate_messages(label, time_ns, event_type, order_id, size, price, direction)
     lap("validate_messages")
@@ -267,6 +282,7 @@ def load_day(
         direction=direction,
         book=book,
         source=path,
+        extra=extra,
     )
 
 
@@ -508,17 +524,26 @@ def _compiled_table(text: bytes | np.ndarray, levels: int, nrows: int) -> tuple[
     return (values, status) if status != _FALLBACK and rows == nrows else None
 
 
-def _parse_messages(text: bytes | np.ndarray, label: str) -> tuple[np.ndarray, ...]:
-    cols = _compiled_messages(text)
+def _parse_messages(
+    text: bytes | np.ndarray, label: str
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+    """The six columns (time_ns int64, type int8, order_id, size, price int64, direction int8) and the seventh
+    (LobsterDay.extra; None for a file of six columns)."""
+    cols, extra = _compiled_messages(text), None
     if cols is None:  # normalised, the compiled parser may take it after all (e.g. CRLF line ends)
         text = _normalise(bytes(text))
         if not text:
             raise LobsterFormatError(f"{label}: the message file is empty; expected one message per line")
         cols = _compiled_messages(text)
+    if cols is None and text.count(b",", 0, text.find(b"\n")) == 6 and (split := _split_extra(text)) is not None:
+        # Seven plain columns: the first six are parsed as a six-column file's, by the same parsers.
+        text, extra = split
+        cols = _compiled_messages(text)
     if cols is None:
         cols = _fast_messages(*_lines_array(text))
     if cols is None:
-        cols = _slow_messages(text, label)
+        time_ns, table, slow_extra = _slow_messages(text, label)
+        cols, extra = (time_ns, table), (extra if extra is not None else slow_extra)
     time_ns, table = cols
     return (
         time_ns,
@@ -527,7 +552,50 @@ def _parse_messages(text: bytes | np.ndarray, label: str) -> tuple[np.ndarray, .
         table[:, 2].copy(),
         table[:, 3].copy(),
         _narrow(table[:, 4], np.int8, label, 6),
+        extra,
     )
+
+
+def _split_extra(text: bytes) -> tuple[bytes, np.ndarray] | None:
+    """A normalised message text of exactly seven fields a line whose seventh is a plain token (at most
+    MAX_EXTRA_BYTES bytes, each printable ASCII other than a space: `_slow_messages` keeps it as it is): the
+    text of the first six fields of each line, and the tokens (as LobsterDay.extra); else None.
+
+    Vectorised: as many commas as six a line, the first and the sixth of each six inside the same line, pin
+    every line to seven fields; the tokens are read one byte position at a time (at most MAX_EXTRA_BYTES
+    passes over [M])."""
+    buf = np.frombuffer(text, np.uint8)
+    ends = np.flatnonzero(buf == 10)
+    commas = np.flatnonzero(buf == 44)
+    m = ends.size
+    if m == 0 or commas.size != 6 * m:
+        return None
+    starts = np.empty_like(ends)
+    starts[0], starts[1:] = 0, ends[:-1] + 1
+    sixth = commas[5::6]
+    # Sorted positions: with the first comma of group k after line k's start and the sixth before its end,
+    # all six lie in line k.
+    if not ((commas[0::6] >= starts).all() and (sixth < ends).all()):
+        return None
+    first = sixth + 1
+    lengths = ends - first
+    longest = int(lengths.max())
+    if longest > MAX_EXTRA_BYTES:
+        return None
+    width = max(longest, 1)
+    tokens = np.zeros((m, width), np.uint8)
+    keep = np.ones(buf.size, bool)  # the bytes of the first six fields and the newlines
+    keep[sixth] = False
+    last = ends - 1  # a token's last byte, or the sixth comma where the token is empty
+    for j in range(longest):
+        at = np.minimum(first + j, last)  # past a token's end: its last byte again, dropped already
+        tokens[:, j] = buf[at]
+        keep[at] = False
+    inside = np.arange(width) < lengths[:, None]
+    tokens *= inside
+    if (inside & ((tokens < 0x21) | (tokens > 0x7E))).any():
+        return None  # a space, a control or a non-ASCII byte: the slow path strips or names it
+    return buf[keep].tobytes(), tokens.view(f"S{width}").reshape(m)
 
 
 def _compiled_messages(text: bytes | np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
@@ -609,8 +677,8 @@ def _narrow(col: np.ndarray, dtype: type, label: str, column: int) -> np.ndarray
 _EXPECT = (
     f"non-negative decimal seconds after midnight (at most 6 integer digits, {_MAX_DECIMALS} decimals)",
     f"an event type in {EVENT_TYPES}",
-    "a non-negative integer order id",
-    f"a positive integer number of shares below {MAX_SIZE:.0e} (0 for a halt, type 7)",
+    "a non-negative integer order id (negative only on a cross, type 6)",
+    f"a positive integer number of shares below {MAX_SIZE:.0e} (0 for a halt, type 7, or a cross, type 6)",
     f"a price in dollars*10000, a positive multiple of {TICK} ({TICK // 2} for a hidden execution, type 5)",
     "a direction of 1 (buy) or -1 (sell)",
 )
@@ -643,16 +711,21 @@ def _int_field(field: bytes, label: str, row: int, column: int, expected: str) -
     return v
 
 
-def _slow_messages(text: bytes, label: str) -> tuple[np.ndarray, np.ndarray]:
+def _slow_messages(text: bytes, label: str) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """Line by line: (time_ns, [M, 5] type ... direction, the seventh column or None). Every line has as many
+    columns as the first, 6 or 7 (6 when the first has any other count); the first row that does not is named."""
     lines = text.split(b"\n")[:-1]
     time_ns = np.empty(len(lines), np.int64)
     table = np.empty((len(lines), 5), np.int64)
+    ncols = 7 if lines and lines[0].count(b",") == 6 else 6
+    names = ", ".join(MESSAGE_COLUMNS + (EXTRA_COLUMN,) * (ncols == 7))
+    tokens: list[bytes] = []
     for i, line in enumerate(lines):
         fields = line.split(b",")
-        if len(fields) != 6:
+        if len(fields) != ncols:
+            same = " (every row as many as row 1: 6, or 7 with a seventh column)" if len(fields) in (6, 7) else ""
             raise LobsterFormatError(
-                f"{label}: row {i + 1} has {len(fields)} columns, expected 6 "
-                f"({', '.join(MESSAGE_COLUMNS)}): {line[:120]!r}"
+                f"{label}: row {i + 1} has {len(fields)} columns, expected {ncols}{same} ({names}): {line[:120]!r}"
             )
         t = fields[0].strip()
         m = re.fullmatch(rb"(\d{1,6})(?:\.(\d{0,%d}))?" % _MAX_DECIMALS, t)
@@ -663,7 +736,18 @@ def _slow_messages(text: bytes, label: str) -> tuple[np.ndarray, np.ndarray]:
         time_ns[i] = int(m.group(1)) * 1_000_000_000 + int(ns)
         for j in range(5):
             table[i, j] = _int_field(fields[j + 1], label, i + 1, j + 2, _EXPECT[j + 1])
-    return time_ns, table
+        if ncols == 7:
+            token = fields[6].strip()
+            if not re.fullmatch(rb"[\x21-\x7e]{0,%d}" % MAX_EXTRA_BYTES, token):
+                raise LobsterFormatError(
+                    f"{label}: row {i + 1}, column 7 ({EXTRA_COLUMN}): value {fields[6].decode(errors='replace')!r}; "
+                    f"expected at most {MAX_EXTRA_BYTES} printable ASCII characters without spaces or commas "
+                    "(LOBSTER's seventh column, kept as text)"
+                )
+            tokens.append(token)
+    if ncols == 6:
+        return time_ns, table, None
+    return time_ns, table, np.array(tokens, f"S{max(1, max(map(len, tokens)))}")
 
 
 # ------------------------------------------------------------------------------------------------ validation
@@ -690,15 +774,21 @@ def _validate_messages(
     direction: np.ndarray,
 ) -> None:
     _first(label, ~np.isin(event_type, EVENT_TYPES), 2, event_type, _EXPECT[1])
-    halt = event_type == 7
-    _first(label, order_id < 0, 3, order_id, _EXPECT[2])
-    _first(label, ~halt & ((size <= 0) | (size >= MAX_SIZE)), 4, size, _EXPECT[3])
+    halt, cross = event_type == 7, event_type == CROSS
+    _first(label, ~cross & (order_id < 0), 3, order_id, _EXPECT[2])
+    _first(label, ~halt & ~cross & ((size <= 0) | (size >= MAX_SIZE)), 4, size, _EXPECT[3])
     _first(label, halt & (size != 0), 4, size, "size 0 on a halt message (type 7)")
-    _first(label, (direction != 1) & (direction != -1), 6, direction, _EXPECT[5])
+    cross_size = f"a number of shares in 0..{MAX_SIZE - 1} on a cross (type 6; 0 where it matched nothing)"
+    _first(label, cross & ((size < 0) | (size >= MAX_SIZE)), 4, size, cross_size)
+    _first(label, ~cross & (direction != 1) & (direction != -1), 6, direction, _EXPECT[5])
+    cross_direction = "a direction of 1, -1 or 0 on a cross (type 6: an auction trade has no side)"
+    _first(label, cross & ((direction < -1) | (direction > 1)), 6, direction, cross_direction)
     visible = (event_type >= 1) & (event_type <= 4)
     _first(label, visible & ((price <= 0) | (price % TICK != 0)), 5, price, _EXPECT[4])
     hidden = event_type == 5
     _first(label, hidden & ((price <= 0) | (price % (TICK // 2) != 0)), 5, price, _EXPECT[4])
+    cross_price = f"a non-negative multiple of {TICK // 2} on a cross (type 6; 0 where it matched nothing)"
+    _first(label, cross & ((price < 0) | (price % (TICK // 2) != 0)), 5, price, cross_price)
     halt_price = "-1 (halt), 0 (quoting) or 1 (resume) on a type 7 message"
     _first(label, halt & ((price < -1) | (price > 1)), 5, price, halt_price)
     back = np.flatnonzero(time_ns[1:] < time_ns[:-1])

@@ -5,11 +5,12 @@ messages per second; with --check the match statistics. Exit 0 when every differ
 exception, 1 when some row differs for any other reason, 2 on a malformed file. Semantics: docs/lobster.md.
 
 Each message changes at most one visible level by a signed size: a submission (type 1) adds shares, a partial
-cancel, delete or visible execution (2, 3, 4) removes them, a hidden execution (5) or halt (7) changes
-nothing. A new price inserts a level (the deepest one drops out of view); a level emptied to zero is removed
-and everything behind it moves up one place, so the deepest visible level becomes whatever rested just
-beyond the file's depth. That one price and size is the only thing the messages cannot tell, because the
-file holds only events inside the visible range; it is taken from the orderbook file and flagged.
+cancel, delete or visible execution (2, 3, 4) removes them, a hidden execution (5), a cross (6, an auction
+trade whose executions the file holds already) or a halt (7) changes nothing. A new price inserts a level
+(the deepest one drops out of view); a level emptied to zero is removed and everything behind it moves up
+one place, so the deepest visible level becomes whatever rested just beyond the file's depth. That one price
+and size is the only thing the messages cannot tell, because the file holds only events inside the visible
+range; it is taken from the orderbook file and flagged.
 
 `replay` applies message k to the book after message k-1 for every k independently, using the orderbook
 file's row k-1 as that book: vectorised in numpy, or one C loop over the rows where the optional compiled
@@ -37,7 +38,7 @@ from lobsim_env.lobster import files
 from lobsim_env.lobster.files import DUMMY_ASK_PRICE, DUMMY_BID_PRICE, LobsterDay, LobsterFormatError, load_day
 
 # What message k did to the visible book (ReplayResult.effect).
-NO_EFFECT = 0  # hidden execution, halt
+NO_EFFECT = 0  # hidden execution, cross (type 6), halt
 SIZE_UP = 1  # submission at a visible price
 INSERT = 2  # submission at a new price inside the visible range
 SIZE_DOWN = 3  # cancel / delete / execution leaving shares at the level
