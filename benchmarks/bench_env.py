@@ -10,8 +10,13 @@ a capped number of steps. Replay is timed as `lobsim_env.lobster.files.load_day(
 `lobsim_env.lobster.reconstruct.replay(day)` over the sample days (wall clock, best of 3), on what `backend()`
 reports (the compiled parser and libdeflate where found; each replay line says which). Env rates are per
 CPU-second of this process (what one dedicated core does), with wall-clock rates beside them: on a machine
-shared with other jobs the two differ. The last line printed is
-`ratio_vs_sync=<native/sync at B=1024> steps_per_s=<native at B=4096> replay_msgs_per_s=<x>`.
+shared with other jobs the two differ.
+
+Real days: the native env on the replay market (lobsim_env.replay) at B = 4096, 20 messages a step, on the sample
+days ingested into a temporary cache (the deepest file of each ticker; `--data DIR` takes a cache of your own),
+beside the synthetic market's native rate at B = 4096 measured above in the same run. The last line printed is
+`ratio_vs_sync=<native/sync at B=1024> steps_per_s=<native at B=4096> replay_msgs_per_s=<x>
+real_steps_per_s=<replay market at B=4096> real_vs_synthetic=<that / steps_per_s>`.
 """
 
 from __future__ import annotations
@@ -81,6 +86,24 @@ def bench_sync(B: int, steps: int, cfg: MarketConfig) -> tuple[float, float]:
     return B / cpu, B / wall
 
 
+def bench_real_days(B: int, steps: int, data: Path | None) -> tuple[float, float, str]:
+    """(CPU, wall) env steps/s of the native env on real days, and what it ran on."""
+    import tempfile
+
+    from lobsim_env.data import lobster as lobster_source
+    from lobsim_env.replay import compiled, replay_config
+
+    with tempfile.TemporaryDirectory() as tmp:
+        if data is None:
+            data = Path(tmp)
+            keep, _ = lobster_source.deepest_per_day(sorted(DATA.glob("LOBSTER_SampleFile_*.zip")))
+            lobster_source.ingest(keep, data)
+        cfg = replay_config(data, [], events_per_step=20)
+        cpu, wall = bench_native(B, steps, cfg)
+        what = f"{len(cfg.days)} days ({', '.join(cfg.days)}), {'C step' if compiled() else 'Python step'}"
+        return cpu, wall, what
+
+
 def bench_replay(paths: list[Path]) -> tuple[float, list[dict], str]:
     from lobsim_env.lobster import files
     from lobsim_env.lobster.reconstruct import replay
@@ -104,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="fewer steps; under 30 s")
     ap.add_argument("--json", type=Path, help="also write the results here")
+    ap.add_argument("--data", type=Path, default=None, help="a day cache for the real-day rate (default: the samples)")
     args = ap.parse_args(argv)
     core = pin_one_core()
     cfg = MarketConfig()
@@ -145,12 +169,21 @@ def main(argv: list[str] | None = None) -> int:
     except (ImportError, FileNotFoundError) as e:  # the replay is another module's; report, do not hide
         print(f"replay not measured: {e!r}", file=sys.stderr)
         replay_rate, replay_rows, backend = float("nan"), [], None
-    if args.json:
-        args.json.write_text(json.dumps({"env": results, "replay": replay_rows, "replay_backend": backend}, indent=2))
     by_b = {r["B"]: r for r in results}
+    try:
+        real, real_wall, real_what = bench_real_days(4096, native_steps[4096], args.data)
+        print(f"real days {real_what}: B=4096, 20 messages a step: {real:,.0f} env steps/s ({real_wall:,.0f} wall)")
+    except (ImportError, FileNotFoundError, ValueError) as e:  # no samples and no --data: say so
+        print(f"real days not measured: {e!r}", file=sys.stderr)
+        real, real_wall, real_what = float("nan"), float("nan"), None
+    if args.json:
+        real_days = {"steps_per_s": real, "wall_steps_per_s": real_wall, "what": real_what}
+        doc = {"env": results, "replay": replay_rows, "replay_backend": backend, "real_days": real_days}
+        args.json.write_text(json.dumps(doc, indent=2))
+    synthetic = by_b[4096]["native_steps_per_s"]
     print(
-        f"ratio_vs_sync={by_b[1024]['ratio']:.1f} steps_per_s={by_b[4096]['native_steps_per_s']:.0f} "
-        f"replay_msgs_per_s={replay_rate:.0f}"
+        f"ratio_vs_sync={by_b[1024]['ratio']:.1f} steps_per_s={synthetic:.0f} "
+        f"replay_msgs_per_s={replay_rate:.0f} real_steps_per_s={real:.0f} real_vs_synthetic={real / synthetic:.2f}"
     )
     return 0
 

@@ -3,6 +3,7 @@
     python benchmarks/bench_system.py --quick            # CPU, smoke preset, ~15 s: CI and the build box
     python benchmarks/bench_system.py --gpu [--seconds 75] [--rollout-workers 11] [--envs-per-worker 4096]
                                       [--minibatch-envs 256] [--policy-device auto] [--set KEY=VALUE ...]
+                                      [--data DIR [--days NAMES]]   # on real days of a cache
     python benchmarks/bench_system.py --transport        # the wire's cost per transition (encode, Ray, decode)
 
 `--gpu` and `--quick` run the real driver (`foxhunt_ray.driver.main`: Ray in this process, the rollout actors,
@@ -114,6 +115,8 @@ def system_run(args: argparse.Namespace, out: Path) -> dict:
     argv += ["--max-payloads-waiting", str(args.max_payloads_waiting)]
     if args.envs_per_worker:
         argv += ["--envs-per-worker", str(args.envs_per_worker)]
+    if args.data:
+        argv += ["--data", args.data] + (["--days", args.days] if args.days else [])
     sets = list(args.set)
     if args.minibatch_envs is not None:
         sets.append(f"learner.minibatch_envs={args.minibatch_envs}")
@@ -275,6 +278,8 @@ def main() -> None:
     p.add_argument("--broadcast-every", type=int, default=None)
     p.add_argument("--max-payloads-waiting", type=int, default=None)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--data", default=None, metavar="DIR", help="real days: a day cache (docs/data.md)")
+    p.add_argument("--days", default=None, metavar="NAMES", help="with --data: the days (the driver's --days)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--json", default=None, help="write the report here")
     p.add_argument("--repeats", type=int, default=10, help="--transport: timed samples per row")

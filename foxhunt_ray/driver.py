@@ -135,7 +135,26 @@ def parse_args(
     p.add_argument("--steps", type=int, default=None, help=f"learner updates (default {d.steps:,})")
     p.add_argument("--rollout-workers", type=int, default=None, help=f"rollout workers (default {d.rollout_workers})")
     p.add_argument("--envs-per-worker", type=int, default=None, help="books per rollout worker (rollout.num_envs)")
-    p.add_argument("--fold", type=int, default=None, help="walk-forward fold (default 0)")
+    p.add_argument(
+        "--fold",
+        type=int,
+        default=None,
+        help="walk-forward fold (default 0; with --data: K trains on the cache's dates before the K-th and evaluates "
+        "on it, default the last date)",
+    )
+    p.add_argument(
+        "--data",
+        default=None,
+        metavar="DIR",
+        help="train on real days: a day cache made by `python -m lobsim_env.data ingest` (docs/data.md); the "
+        "market's contract, fees and reward scale come from its days",
+    )
+    p.add_argument(
+        "--days",
+        default=None,
+        metavar="NAMES",
+        help="with --data: the days to draw from, comma-separated (venue/instrument/date, an instrument, a date)",
+    )
     p.add_argument("--seed", type=int, default=None, help="base seed (default 0)")
     p.add_argument(
         "--out",
@@ -325,6 +344,12 @@ def resolve(args: argparse.Namespace) -> Plan:
     except ValueError as err:  # a sizing that does not fit the preset (smoke has its own)
         raise UsageError(f"--sizing={asked_sizing}: {err}") from None
     sets = [*from_file, *args.overrides]  # the file first: a --set wins
+    data_fold = None
+    if getattr(args, "data", None) is not None:
+        from_data, data_fold = data_sets(args.data, args.days, args.fold)
+        sets = [*from_data, *sets]
+    elif getattr(args, "days", None) is not None:
+        raise UsageError("--days picks days of a cache: it goes with --data DIR")
     if args.env_id is not None:
         sets.append(f"env_id={json.dumps(args.env_id)}")
     if args.seed is not None:
@@ -342,6 +367,8 @@ def resolve(args: argparse.Namespace) -> Plan:
     except ConfigError as err:
         errs += err.errors
     flags = _driver_flags(args)
+    if data_fold is not None:
+        flags["fold"] = data_fold
     name = args.name
     if name is None:
         made = run_name(preset=config.preset, env_id=str(config.env_id), seed=config.seed, started=time.time())
@@ -450,7 +477,8 @@ def describe(plan: Plan) -> str:
     scale = f"reward_scale {lrn.reward_scale:g}"
     if is_market(c.env_id) and lrn.reward_scale == market_reward_scale(c.market):
         m = c.market
-        scale += f" (from the market: 2 / (${m.usd_per_tick:g} a tick x {m.position_limit} contracts), half a tick)"
+        unit = "lots" if m.source == "replay" else "contracts"
+        scale += f" (from the market: 2 / (${m.usd_per_tick:g} a tick x {m.position_limit} {unit}), half a tick)"
     settings = f"settings {c.settings or 'not recorded'}: lr {lrn.lr:g}, dueling_lr {lrn.dueling_lr:g}, {scale}"
     if is_market(c.env_id):
         k = c.market.depth_flow_ticks
@@ -468,7 +496,53 @@ def describe(plan: Plan) -> str:
         budget = f"budget {d.time_limit_s:g} s of training or update {d.steps:,}, whichever comes first"
     else:
         budget = f"budget update {d.steps:,} (no time limit)"
-    return f"{settings}\n{sizing}\n{budget}"
+    m = c.market
+    if not is_market(c.env_id) or m.source != "replay":
+        return f"{settings}\n{sizing}\n{budget}"
+    held = f"holds out {', '.join(m.eval_days)}" if m.eval_days else "holds out no day (one date)"
+    market = (
+        f"market real days {', '.join(m.days)} (fold {d.fold}: {held}), {m.data}: tick {m.tick_size:g} = "
+        f"${m.usd_per_tick:g} a lot, orders of {m.order_size} lots, position limit {m.position_limit}, fees maker "
+        f"${m.maker_fee_usd:g} + {m.maker_fee_bps:g} bps, taker ${m.taker_fee_usd:g} + {m.taker_fee_bps:g} bps, "
+        f"queue model {m.queue_model} (L2 days)"
+    )
+    return f"{market}\n{settings}\n{sizing}\n{budget}"
+
+
+def data_sets(data: str, days: str | None, fold: int | None) -> tuple[list[str], int]:
+    """--data DIR [--days NAMES] [--fold K] -> the `market.*` settings of the replay market (lobsim_env.replay.
+    replay_config: the days, their contract, fees and order size) and the fold. The cache's dates in order: fold K
+    trains on the days dated before the K-th date and holds out the K-th (market.eval_days), by default the last;
+    a cache of one date trains on its days and holds none out (the evaluation says so)."""
+    from lobsim_env.data.layout import DataError, select_days
+    from lobsim_env.replay import replay_config
+
+    root = Path(data).expanduser().resolve()
+    names = [d.strip() for d in days.split(",") if d.strip()] if days else []
+    try:
+        picked = select_days(root, names)
+        dates = sorted({m.date for m in picked})
+        if len(dates) > 1:
+            fold = len(dates) - 1 if fold is None else fold
+            if not 1 <= fold < len(dates):
+                raise UsageError(
+                    f"--fold={fold} must be in 1..{len(dates) - 1}: fold K trains on the dates before the K-th of the "
+                    f"{len(dates)} dates of {root} ({', '.join(dates)}) and evaluates on it"
+                )
+            train = [m.key for m in picked if m.date < dates[fold]]
+            held = [m.key for m in picked if m.date == dates[fold]]
+        else:
+            if fold not in (None, 0):
+                raise UsageError(f"--fold={fold}: the days picked of {root} are all of {dates[0]}: fold 0 only")
+            fold, train, held = 0, [m.key for m in picked], []
+        market = replay_config(root, train)
+    except DataError as err:
+        raise UsageError(f"--data={data}: {err}") from None
+    fields = ("source", "data", "days", "tick_size", "usd_per_tick", "maker_fee_usd", "taker_fee_usd")
+    fields += ("maker_fee_bps", "taker_fee_bps", "order_size", "position_limit", "size_scale", "events_per_step")
+    fields += ("horizon", "queue_model")
+    sets = [f"market.{f}={json.dumps(getattr(market, f))}" for f in fields]
+    return [*sets, f"market.eval_days={json.dumps(held)}"], fold
 
 
 def _probe(config: RunConfig, errs: list[str]) -> EnvSpaces | None:
@@ -527,6 +601,8 @@ RUN_CONFIG_FLAGS = (
     "seed",
     "envs_per_worker",
     "fold",
+    "data",
+    "days",
     "inject_nan_at",
     "baseline",
     "name",

@@ -35,6 +35,7 @@ from foxhunt_ray.evaluations import (
     EVALUATION_FILE,
     EVALUATIONS_DIR,
     LOBSTER,
+    REPLAY,
     SYNTHETIC,
     EvaluationRecordError,
     caveat,
@@ -57,7 +58,7 @@ from learner.network import (
     policy_from_weights,
 )
 from lobsim_env import ENV_ID, LobVectorEnv, MarketConfig, seeds
-from lobsim_env.baselines import NEEDS_LATENT_REGIME, POLICIES, Policy, run_episodes
+from lobsim_env.baselines import NEEDS_LATENT_REGIME, POLICIES, REAL_DAY_POLICIES, Policy, run_episodes
 from lobsim_env.lobster.market import lobster_config
 from lobsim_env.seeds import HELDOUT_FOLD_STRIDE, RESUME_SEED_STRIDE, heldout_seed
 from lobsim_env.validation import InputError
@@ -297,8 +298,13 @@ def training_overlap(first: int, count: int, run: RunConfig, driver: DriverConfi
 
 
 def evaluation_market(run: RunConfig, lobster_path: str | Path | None, horizon: int | None) -> tuple[MarketConfig, str]:
-    """The market of the evaluation and which one it is ('synthetic' or 'lobster')."""
+    """The market of the evaluation and which one it is ('synthetic', 'replay' or 'lobster'). A run on real days
+    (--data) plays its fold's held-out days (market.eval_days), or, with none held out, its training days."""
     trained = run.market
+    if lobster_path is None and trained.source == "replay":
+        days = trained.eval_days or trained.days
+        market = dataclasses.replace(trained, days=days, horizon=trained.horizon if horizon is None else horizon)
+        return market, REPLAY
     if lobster_path is None:
         if trained.source != "synthetic":
             raise EvaluationError(
@@ -411,13 +417,20 @@ def evaluate_run(
                 f"{run.seed} + k*{RESUME_SEED_STRIDE} + 0..{driver.rollout_workers * run.rollout.num_envs - 1}); "
                 "leave --seed out to use the fold's held-out seed"
             )
+    elif kind == REPLAY and not run.market.eval_days:
+        held_out = False
+        if progress:
+            progress(f"warning: {', '.join(market.days)}: the days this run trained on (none held out): not held out")
     elif run.market.source == "lobster" and Path(run.market.lobster_path).name == Path(market.lobster_path).name:
         held_out = False
         if progress:
             progress(f"warning: {Path(market.lobster_path).name} is the day this run trained on: not held out")
 
     policies: dict[str, Policy] = {AGENT: agent}
-    policies.update({n: p for n, p in POLICIES.items() if kind == SYNTHETIC or n not in NEEDS_LATENT_REGIME})
+    if kind == REPLAY:
+        policies.update(REAL_DAY_POLICIES)
+    else:
+        policies.update({n: p for n, p in POLICIES.items() if kind == SYNTHETIC or n not in NEEDS_LATENT_REGIME})
     results: dict[str, dict[str, Any]] = {}
     for name, policy in policies.items():
         start = time.perf_counter()
@@ -438,7 +451,8 @@ def evaluate_run(
         "market": kind,
         "fold": fold,
         **({LOBSTER: replayed} if replayed is not None else {}),
-        "trained_on": SYNTHETIC if trained.source == SYNTHETIC else f"{LOBSTER}:{Path(trained.lobster_path).name}",
+        **({REPLAY: {"data": market.data, "days": list(market.days)}} if kind == REPLAY else {}),
+        "trained_on": _trained_on(trained),
         "held_out": held_out,
         "episodes": episodes,
         "eval_seed": eval_seed,
@@ -458,6 +472,14 @@ def evaluate_run(
         except EvaluationRecordError as err:
             raise EvaluationError(str(err)) from None
     return result
+
+
+def _trained_on(trained: MarketConfig) -> str:
+    if trained.source == SYNTHETIC:
+        return SYNTHETIC
+    if trained.source == REPLAY:
+        return f"{REPLAY}:{','.join(trained.days)}"
+    return f"{LOBSTER}:{Path(trained.lobster_path).name}"
 
 
 def _evaluate_stored(uri: str, options: dict, more: dict, *, out, write: bool) -> dict[str, Any]:
@@ -593,6 +615,9 @@ def describe(result: dict[str, Any]) -> str:
     real day what its figures are not."""
     if result["market"] == LOBSTER:
         episodes = f"market LOBSTER day {day_of(result)} ({result[LOBSTER]['file']}), {result['episodes']} windows"
+    elif result["market"] == REPLAY:
+        held = "held out" if result.get("held_out") else "its training days, not held out"
+        episodes = f"market real days {day_of(result)} ({held}), {result['episodes']} windows"
     else:
         episodes = f"market synthetic, {day_of(result)} day, {result['episodes']} episodes"
     text = (

@@ -25,7 +25,7 @@ from lobsim_env.validation import InputError
 EVALUATIONS_DIR = "evaluations"
 EVALUATION_FILE = "evaluation.json"
 """The newest synthetic record's copy (compatibility: foxhunt_ray.local, run folders of older code)."""
-SYNTHETIC, LOBSTER, UNKNOWN = "synthetic", "lobster", "unknown"
+SYNTHETIC, LOBSTER, REPLAY, UNKNOWN = "synthetic", "lobster", "replay", "unknown"
 _DAY = re.compile(r"(?P<symbol>[A-Za-z0-9.]+)_(?P<date>\d{4}-\d{2}-\d{2})")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -54,8 +54,8 @@ class Evaluation:
 def market_of(record: dict[str, Any]) -> str:
     """'synthetic', 'lobster' (also older code's 'lobster:<file name>'), or 'unknown' (no market field)."""
     market = record.get("market")
-    if market == SYNTHETIC:
-        return SYNTHETIC
+    if market in (SYNTHETIC, REPLAY):
+        return market
     if isinstance(market, str) and (market == LOBSTER or market.startswith(LOBSTER + ":")):
         return LOBSTER
     return UNKNOWN
@@ -73,8 +73,12 @@ def lobster_file(record: dict[str, Any]) -> str | None:
 
 
 def day_of(record: dict[str, Any]) -> str:
-    """Which episodes: 'fold 0 held-out' (or 'seed S + i'), 'AMZN 2012-06-21' for a LOBSTER day, '?' unknown."""
+    """Which episodes: 'fold 0 held-out' (or 'seed S + i'), 'AMZN 2012-06-21' for a LOBSTER day, the days of a
+    replay ('nasdaq/AMZN/2012-06-21'), '?' unknown."""
     market = market_of(record)
+    if market == REPLAY:
+        days = record.get(REPLAY, {}).get("days") if isinstance(record.get(REPLAY), dict) else None
+        return ", ".join(days) if isinstance(days, list) and days else "?"
     if market == LOBSTER:
         day = record.get("lobster") if isinstance(record.get("lobster"), dict) else {}
         if day.get("symbol") and day.get("date"):
@@ -96,12 +100,25 @@ def short_caveat(record: dict[str, Any]) -> str:
         return "market not recorded: re-run foxhunt_ray.evaluate"
     if market == SYNTHETIC:
         return "" if record.get("held_out", True) else "not held out"
+    if market == REPLAY:
+        return "⚠ no oracle · real days · " + ("held out" if record.get("held_out") else "in-sample: its training days")
     where = "in-sample: its training day" if record.get("held_out") is False else "outside the training distribution"
     return f"⚠ no oracle · one day · {where}"
 
 
 def caveat(record: dict[str, Any]) -> str | None:
     """What an evaluation on a real day is not (printed by evaluate, written in the report); None for synthetic."""
+    if market_of(record) == REPLAY:
+        where = (
+            "held out: days this run never trained on"
+            if record.get("held_out")
+            else "in-sample: the days this run trained on (windows drawn afresh, but not held out)"
+        )
+        return (
+            f"real days {day_of(record)}: no oracle (compare with this evaluation's flat, imbalance and the hindsight "
+            f"bound, which reads the day's future and no agent can reach); {record.get('episodes', '?')} windows; "
+            f"{where}. Never compare it with a synthetic figure."
+        )
     if market_of(record) != LOBSTER:
         return None
     episodes = record.get("episodes", "?")

@@ -195,7 +195,15 @@ def evaluate_and_suggest(plan: driver.Plan, code: int, *, episodes: int) -> int:
         return code
     print(describe(result))
     print(suggestions)
-    agent, oracle = result["policies"]["agent"]["pnl_usd_mean"], result["policies"]["oracle"]["pnl_usd_mean"]
+    pnl = {name: r["pnl_usd_mean"] for name, r in result["policies"].items()}
+    if "oracle" not in pnl:  # a real day: no oracle; the yardsticks are flat, imbalance and the hindsight bound
+        print(
+            f"heldout_pnl_usd={pnl['agent']:.2f} flat_usd={pnl['flat']:.2f} imbalance_usd={pnl['imbalance']:.2f} "
+            f"hindsight_usd={pnl['hindsight']:.2f} held_out={str(result['held_out']).lower()}",
+            flush=True,
+        )
+        return code
+    agent, oracle = pnl["agent"], pnl["oracle"]
     fraction = result["oracle_fraction"]
     print(
         f"heldout_pnl_usd={agent:.0f} oracle_pnl_usd={oracle:.0f} "
@@ -206,32 +214,48 @@ def evaluate_and_suggest(plan: driver.Plan, code: int, *, episodes: int) -> int:
 
 
 def demo(argv: list[str]) -> int:
-    """The baselines table of the synthetic market."""
-    from lobsim_env.baselines import POLICIES, evaluate_policy
+    """The baselines table of the synthetic market, or (--data DIR) of real days: flat, random, imbalance and the
+    hindsight bound (a real day has no oracle)."""
+    from lobsim_env.baselines import POLICIES, REAL_DAY_POLICIES, evaluate_policy
 
     parser = argparse.ArgumentParser(prog="python -m foxhunt_ray.local --demo")
     parser.add_argument("--episodes", type=int, default=64, help="episodes per policy (one book each)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the episodes (the same for every policy)")
+    parser.add_argument("--data", default=None, metavar="DIR", help="a day cache: its days' yardsticks instead")
+    parser.add_argument("--days", default=None, metavar="NAMES", help="with --data: the days to play (comma-separated)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args(argv)
     errors = [f"--episodes={args.episodes} must be >= 1"] if args.episodes < 1 else []
     try:
-        config = apply_overrides(RunConfig(seed=args.seed), args.overrides)
+        sets = driver.data_sets(args.data, args.days, None)[0] if args.data else []
+        config = apply_overrides(RunConfig(seed=args.seed), [*sets, *args.overrides])
         errors += config.errors()
-    except ConfigError as err:
-        errors += err.errors
+    except (ConfigError, driver.UsageError) as err:
+        errors += getattr(err, "errors", None) or [str(err)]
     if errors:
         print(f"error: {ConfigError(errors)}", file=sys.stderr)
         return 1
     market = config.market
-    print(
-        f"synthetic market: tick {market.tick_size} = ${market.usd_per_tick:g}, "
-        f"{market.horizon} steps x {market.events_per_step} events, "
-        f"signal_strength {market.synthetic.signal_strength:g}, position limit {market.position_limit}, "
-        f"fees maker ${market.maker_fee_usd:g} / taker ${market.taker_fee_usd:g}"
-    )
+    policies = POLICIES
+    if market.source == "replay":
+        market = dataclasses.replace(market, days=market.days + market.eval_days, eval_days=())
+        policies = REAL_DAY_POLICIES
+        print(
+            f"real days {', '.join(market.days)}: tick {market.tick_size:g} = ${market.usd_per_tick:g} a lot, "
+            f"{market.horizon} steps x {market.events_per_step} messages, position limit {market.position_limit} "
+            f"lots, orders of {market.order_size}, fees maker ${market.maker_fee_usd:g} + {market.maker_fee_bps:g} "
+            f"bps / taker ${market.taker_fee_usd:g} + {market.taker_fee_bps:g} bps; hindsight reads the day's "
+            "future (a ceiling no agent reaches)"
+        )
+    else:
+        print(
+            f"synthetic market: tick {market.tick_size} = ${market.usd_per_tick:g}, "
+            f"{market.horizon} steps x {market.events_per_step} events, "
+            f"signal_strength {market.synthetic.signal_strength:g}, position limit {market.position_limit}, "
+            f"fees maker ${market.maker_fee_usd:g} / taker ${market.taker_fee_usd:g}"
+        )
     print(f"{'policy':<10} {'pnl_usd mean':>13} {'± sem':>9} {'fills/ep':>9} {'fees/ep':>9} {'seconds':>8}")
-    for name in POLICIES:
+    for name in policies:
         start = time.perf_counter()
         result = evaluate_policy(market, name, args.episodes, args.seed)
         print(

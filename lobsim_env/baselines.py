@@ -74,9 +74,18 @@ def oracle(obs: np.ndarray, env: LobVectorEnv, rng: np.random.Generator) -> np.n
     return _trade_towards(_position(obs, cfg), env.latent_regime() * cfg.position_limit)
 
 
+def hindsight(obs: np.ndarray, env: LobVectorEnv, rng: np.random.Generator) -> np.ndarray:
+    """The hindsight bound of a real day: the market orders (one order a step at most) that make the most PnL over
+    the window, planned with the whole window known (lobsim_env.replay.ReplayMarket.hindsight_actions). No agent
+    that sees only the past can reach it: the ceiling a real day has in place of the oracle (docs/data.md)."""
+    return env.hindsight_actions()
+
+
 POLICIES: dict[str, Policy] = {"flat": flat, "random": random, "imbalance": imbalance, "oracle": oracle}
 NEEDS_LATENT_REGIME = frozenset({"oracle"})
 """Baselines that read the synthetic market's hidden regime: there is none in a LOBSTER replay."""
+REAL_DAY_POLICIES: dict[str, Policy] = {"flat": flat, "random": random, "imbalance": imbalance, "hindsight": hindsight}
+"""The yardsticks of a real day (the replay market): no oracle, the hindsight bound as its ceiling."""
 
 
 def _check(name: str, value: object, rule: Rule) -> None:
@@ -217,6 +226,7 @@ def evaluate_policy(config: MarketConfig, policy_name: str, episodes: int, seed:
     standard error of the final pnl_usd over episodes, the Sharpe-like ratio, drawdown, turnover, the mean
     contracts filled and fees paid per episode, and the fill rate of passive orders.
     """
-    _check("policy_name", policy_name, OneOf(tuple(POLICIES)))
-    results = run_episodes(config, POLICIES[policy_name], episodes, seed)
+    every = {**POLICIES, **REAL_DAY_POLICIES}
+    _check("policy_name", policy_name, OneOf(tuple(every)))
+    results = run_episodes(config, every[policy_name], episodes, seed)
     return {"policy": policy_name, "episodes": episodes, **results.metrics()}

@@ -72,10 +72,23 @@ class SyntheticConfig:
 class MarketConfig:
     """One market: where the order flow comes from, the contract, the agent's limits, and the episode."""
 
-    source: Annotated[str, OneOf(("synthetic", "lobster"))] = "synthetic"
-    """'synthetic' (seeded generator) or 'lobster' (replay of lobster_path)."""
+    source: Annotated[str, OneOf(("synthetic", "lobster", "replay"))] = "synthetic"
+    """'synthetic' (seeded generator), 'replay' (real days of a cache: data, days; docs/data.md) or 'lobster' (one
+    LOBSTER file, replayed book by book in Python: the replay market's reference)."""
     lobster_path: str | None = None
     """A LOBSTER sample zip (or message CSV) when source='lobster'."""
+    data: str | None = None
+    """A day cache (python -m lobsim_env.data ingest ... --out DIR) when source='replay'."""
+    days: tuple[str, ...] = ()
+    """The cache's days the market draws from (keys venue/instrument/date, or an instrument, a date); () for all."""
+    eval_days: tuple[str, ...] = ()
+    """The days evaluation plays (the fold's held-out day, never in `days`); () for none held out."""
+    queue_model: Annotated[str, OneOf(("risk_averse", "prob"))] = "risk_averse"
+    """Where an L2 day's depth updates leave the agent's queue place (docs/data.md, "Queue models"): 'risk_averse'
+    (a cancel is behind it) or 'prob' (behind it with probability f(back) / (f(back) + f(front)), f = x ** queue_power).
+    L3 days (LOBSTER, MBO) need none: every order's place is in the data."""
+    queue_power: Annotated[float, Number(gt=0)] = 3.0
+    """The exponent of the 'prob' queue model."""
     tick_size: Annotated[float, Number(gt=0)] = 0.25
     """Displayed price of one tick (prices are integer ticks internally)."""
     usd_per_tick: Annotated[float, Number(gt=0)] = 12.5
@@ -84,6 +97,10 @@ class MarketConfig:
     """Fee per contract filled passively; negative is a rebate."""
     taker_fee_usd: Annotated[float, Number(why="USD per contract")] = 0.5
     """Fee per contract filled by the agent's market orders."""
+    maker_fee_bps: Annotated[float, Number(ge=-100, le=100)] = 0.0
+    """Replay: a passive fill's fee in basis points of its notional (negative: a rebate), on top of maker_fee_usd."""
+    taker_fee_bps: Annotated[float, Number(ge=-100, le=100)] = 0.0
+    """Replay: a market order's fee in basis points of its notional, on top of taker_fee_usd."""
     position_limit: Annotated[int, Int(ge=1)] = 5
     """|position| plus same-side resting size never exceeds this; orders beyond it are clipped or ignored."""
     order_size: Annotated[int, Int(ge=1)] = 1
@@ -112,6 +129,12 @@ class MarketConfig:
         p = "market."
         if self.source == "lobster" and not self.lobster_path:
             errs.append(f"{p}lobster_path={self.lobster_path!r} must name a LOBSTER zip when source='lobster'")
+        if self.source == "replay" and not self.data:
+            errs.append(f"{p}data={self.data!r} must name a day cache when source='replay' (--data DIR)")
+        for name in ("days", "eval_days"):
+            v = getattr(self, name)
+            if not isinstance(v, tuple) or not all(isinstance(d, str) and d for d in v):
+                errs.append(f"{p}{name}={v!r} must be a list of day names (venue/instrument/date, or a part)")
         if not bad.keys() & {"latency_events", "events_per_step"} and self.latency_events > self.events_per_step:
             errs.append(f"{p}latency_events={self.latency_events} must be <= events_per_step={self.events_per_step}")
         if not bad.keys() & {"order_size", "position_limit"} and self.order_size > self.position_limit:

@@ -40,6 +40,13 @@ def _config_and_market(config: MarketConfig | None, market: Market | None) -> tu
     return market.cfg, market
 
 
+def _hindsight_actions(market: Market, state) -> np.ndarray:
+    plan = getattr(market, "hindsight_actions", None)
+    if plan is None:
+        raise ValueError(f"{type(market).__name__} cannot see ahead: the hindsight baseline needs a real day (replay)")
+    return plan(state)
+
+
 def _observation_space(config: MarketConfig) -> gym.spaces.Box:
     # Finite bounds (check_env warns on infinite ones); no entry comes near them in practice.
     return gym.spaces.Box(-1e6, 1e6, shape=(obs_size(config),), dtype=np.float32)
@@ -104,6 +111,10 @@ class LobEnv(gym.Env):
     def latent_regime(self) -> int:
         """The hidden regime (-1, 0, +1) of the synthetic flow; for the oracle baseline only."""
         return int(self.market.latent_regime(self._state)[0])
+
+    def hindsight_actions(self) -> int:
+        """The hindsight bound's action on a real day (it reads the day's future); for that baseline only."""
+        return int(_hindsight_actions(self.market, self._state)[0])
 
 
 class LobVectorEnv(gym.vector.VectorEnv):
@@ -224,3 +235,7 @@ class LobVectorEnv(gym.vector.VectorEnv):
     def latent_regime(self) -> np.ndarray:
         """[B] hidden regimes (-1, 0, +1) of the synthetic flow; for the oracle baseline only."""
         return self.market.latent_regime(self._state)
+
+    def hindsight_actions(self) -> np.ndarray:
+        """[B] the hindsight bound's actions on a real day (it reads the day's future); for that baseline only."""
+        return _hindsight_actions(self.market, self._state)

@@ -73,8 +73,9 @@ def test_dependency_floors_match_what_the_code_uses():
 
 
 def test_every_package_the_code_imports_is_declared():
-    """A third-party import in the installed packages names a dependency (or the report's extra): one that came
-    only through another package (fsspec through torch) would break the day that package drops it."""
+    """A third-party import in the installed packages names a dependency (or an optional extra: the report's, the
+    Databento reader's): one that came only through another package (fsspec through torch) would break the day
+    that package drops it."""
     import ast
     import importlib.metadata
 
@@ -82,7 +83,8 @@ def test_every_package_the_code_imports_is_declared():
         return {re.split(r"[<>=\[ ;]", r, maxsplit=1)[0].lower() for r in reqs}
 
     declared = names(PYPROJECT["project"]["dependencies"])
-    extras = names(PYPROJECT["project"]["optional-dependencies"]["report"])
+    optional = PYPROJECT["project"]["optional-dependencies"]
+    extras = names(optional["report"]) | names(optional["databento"])
     ours = set(PYPROJECT["tool"]["setuptools"]["packages"]) | {"cuda"}
     found = set()
     for pkg in ("foxhunt_ray", "learner", "actors", "lobsim_env"):

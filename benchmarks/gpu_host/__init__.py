@@ -18,6 +18,9 @@ Steps (run in the order given, each a named folder of logs and JSON under the ou
   `regions --shapes`). Same section.
 - system: the whole system under Ray, one run a seed (`benchmarks/bench_system.py --gpu`).
   BENCHMARKS.md, "The system on one GPU host".
+- system_real: the same on real days: lobsim_env's C modules built in place (`benchmarks.gpu_host.build_c`), the
+  LOBSTER samples (FOXHUNT_LOBSTER_DATA) ingested into a cache, `bench_system.py --gpu --data` on it, one run a
+  seed. BENCHMARKS.md, "The system on one GPU host".
 - learn: the main job as a user runs it, one run a seed (`python -m foxhunt_ray.local --time-limit-s 150
   --eval-episodes 256`). BENCHMARKS.md, "Learning on the synthetic market".
 - rllib: RLlib's PPO on the same host, one run a seed (`benchmarks/bench_rllib.py --sizing gpu_host`).

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
 import shutil
 from collections.abc import Callable
@@ -248,6 +249,26 @@ def _system(plan: Plan) -> list[Job]:
     ) for s in plan.seeds]
 
 
+def _system_real(plan: Plan) -> list[Job]:
+    """The whole system on real days: lobsim_env's C modules built in place, the LOBSTER samples (FOXHUNT_LOBSTER_DATA
+    or lobsim_env.lobster.samples.data_dir()) ingested into a cache, then bench_system.py --gpu --data on it."""
+    samples = os.environ.get("FOXHUNT_LOBSTER_DATA") or str(Path(__file__).resolve().parents[3] / "shared/data/lobster")
+    cache = "{tmp}/../cache"
+    prepare = [
+        Job(step="system_real", label="build_c", argv=(plan.python, "-m", "benchmarks.gpu_host.build_c"),
+            timeout_s=120, expect_s=10),
+        Job(step="system_real", label="ingest",
+            argv=(plan.python, "-m", "lobsim_env.data", "ingest", samples, "--out", cache),
+            timeout_s=120, expect_s=10, collect=lambda dir, tmp, output: last_kv_line(output)),
+    ]  # fmt: skip
+    return prepare + [Job(
+        step="system_real", label=f"seed{s}",
+        argv=(plan.python, "benchmarks/bench_system.py", "--gpu", "--seconds", f"{plan.system_seconds:g}",
+              "--seed", str(s), "--data", cache, "--json", "{dir}/system.json"),
+        timeout_s=plan.system_seconds + 150, expect_s=plan.system_seconds + 45, collect=_system_collect,
+    ) for s in plan.seeds]
+
+
 def _learn(plan: Plan) -> list[Job]:
     return [Job(
         step="learn", label=f"seed{s}",
@@ -276,6 +297,7 @@ STEPS: dict[str, Callable[[Plan], list[Job]]] = {
     "update": _update,
     "profile": _profile,
     "system": _system,
+    "system_real": _system_real,
     "learn": _learn,
     "rllib": _rllib,
     "census": _census,

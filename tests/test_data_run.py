@@ -1,0 +1,111 @@
+"""Real days from the command line (docs/data.md): `--data DIR [--days] [--fold]` trains on a cache's days with the
+contract, fees and reward scale of its manifests, names them in the header and config.json, and evaluates on the
+fold's held-out day beside flat, random, imbalance and the hindsight bound; `--demo --data` prints those
+yardsticks; `python -m lobsim_env.data ingest | check | ls` on LOBSTER samples."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pytest
+
+from foxhunt_ray import driver, local
+from lobsim_env.baselines import evaluate_policy
+from lobsim_env.data.__main__ import main as data_main
+from lobsim_env.lobster.samples import sample_zip
+from lobsim_env.replay import replay_config
+from tests.test_replay import _l2_day
+
+SMOKE = ["--preset", "smoke", "--quiet", "--serial", "--checkpoint-interval-s", "0"]
+
+
+@pytest.fixture(scope="module")
+def two_dates(tmp_path_factory):
+    root = tmp_path_factory.mktemp("l2cache")
+    for i, date in enumerate(("2024-08-08", "2024-08-09", "2024-08-10")):
+        _l2_day(root, seed=i, date=date, n=3000)
+    return root
+
+
+def test_a_run_on_real_days_trains_on_the_days_before_its_fold_and_evaluates_on_the_fold(two_dates, tmp_path, capsys):
+    flags = [*SMOKE, "--data", str(two_dates), "--out", str(tmp_path), "--set", "market.horizon=40"]
+    code = local.main([*flags, "--steps", "12", "--eval-episodes", "4", "--settings", "learn"])
+    assert code == 0
+    out = capsys.readouterr().out
+    run_dir = next(tmp_path.glob("*/*/2"))  # the default fold: the last of the 3 dates
+    config = json.loads((run_dir / "config.json").read_text())
+    market = config["run"]["market"]
+    assert market["source"] == "replay" and market["data"] == str(two_dates.resolve())
+    assert market["days"] == ["test/L2X/2024-08-08", "test/L2X/2024-08-09"]
+    assert market["eval_days"] == ["test/L2X/2024-08-10"] and config["driver"]["fold"] == 2
+    assert market["usd_per_tick"] == pytest.approx(1e-4) and market["taker_fee_bps"] == 5.0
+    assert market["order_size"] == 2 and market["position_limit"] == 10
+    assert config["run"]["learner"]["reward_scale"] == pytest.approx(2 / (1e-4 * 10))
+    assert "market real days test/L2X/2024-08-08, test/L2X/2024-08-09 (fold 2: holds out test/L2X/2024-08-10)" in out
+    last = out.strip().splitlines()[-1]
+    m = re.fullmatch(
+        r"heldout_pnl_usd=(-?[\d.]+) flat_usd=0.00 imbalance_usd=(-?[\d.]+) hindsight_usd=(-?[\d.]+) held_out=true",
+        last,
+    )
+    assert m, last
+    record = json.loads(next((run_dir / "evaluations").glob("replay-fold2-*.json")).read_text())
+    assert record["market"] == "replay" and record["replay"]["days"] == ["test/L2X/2024-08-10"]
+    assert set(record["policies"]) == {"agent", "flat", "random", "imbalance", "hindsight"}
+    assert record["held_out"] is True and "no oracle" in record["caveat"]
+    assert not (run_dir / "evaluation.json").exists()  # that copy is the synthetic market's alone
+    # fold 1 trains on the first date alone; a fold past the dates, --days without --data, and a resume that
+    # tries to change the days are refused by name
+    fold1 = [*SMOKE, "--data", str(two_dates), "--fold", "1", "--steps", "3", "--set", "market.horizon=40"]
+    assert driver.main([*fold1, "--out", str(tmp_path)]) == 0
+    one = json.loads(next(tmp_path.glob("*/*/1/config.json")).read_text())["run"]["market"]
+    assert one["days"] == ["test/L2X/2024-08-08"] and one["eval_days"] == ["test/L2X/2024-08-09"]
+    capsys.readouterr()
+    assert driver.main([*SMOKE, "--data", str(two_dates), "--fold", "3", "--out", str(tmp_path)]) == 1
+    assert "--fold=3 must be in 1..2" in capsys.readouterr().err
+    assert driver.main([*SMOKE, "--days", "L2X", "--out", str(tmp_path)]) == 1
+    assert "--days picks days of a cache: it goes with --data DIR" in capsys.readouterr().err
+    assert driver.main(["--resume", str(run_dir), "--days", "L2X"]) == 1
+    assert "drop ['--days']" in capsys.readouterr().err
+    assert driver.main([*SMOKE, "--data", str(tmp_path / "nothing"), "--out", str(tmp_path)]) == 1
+    assert "not a folder; make a cache with python -m lobsim_env.data ingest" in capsys.readouterr().err
+
+
+def test_the_hindsight_bound_is_above_every_baseline_and_demo_prints_the_yardsticks(two_dates, capsys):
+    cfg = replay_config(two_dates, [], horizon=60)
+    pnl = {p: evaluate_policy(cfg, p, 24, 0)["pnl_usd_mean"] for p in ("flat", "random", "imbalance", "hindsight")}
+    assert pnl["hindsight"] > 0 and pnl["hindsight"] > max(pnl[p] for p in ("flat", "random", "imbalance")), pnl
+    assert local.main(["--demo", "--data", str(two_dates), "--episodes", "4", "--set", "market.horizon=40"]) == 0
+    out = capsys.readouterr().out
+    assert "real days test/L2X/2024-08-08, test/L2X/2024-08-09, test/L2X/2024-08-10" in out
+    assert [line.split()[0] for line in out.splitlines()[2:]] == ["flat", "random", "imbalance", "hindsight"]
+
+
+@pytest.mark.skipif(not sample_zip("AMZN", 5).exists(), reason="no LOBSTER samples")
+def test_ingest_check_and_ls_on_the_lobster_samples(tmp_path, capsys):
+    folder = sample_zip("AMZN", 5).parent
+    assert data_main(["ingest", str(folder), "--out", str(tmp_path)]) == 0
+    out, err = capsys.readouterr()
+    assert "nasdaq/GOOG/2012-06-21: 147,916 messages, L3 10 levels, written" in out
+    assert "skipped LOBSTER_SampleFile_GOOG_2012-06-21_1.zip: GOOG 2012-06-21 is also in" in err
+    m = re.search(r"^days=3 messages=422348 messages_per_s=(\d+)$", out, re.M)
+    assert m, out
+    assert data_main(["ingest", str(folder), "--out", str(tmp_path)]) == 0
+    assert out.count("written") == 3 and capsys.readouterr().out.count("already in the cache (same files)") == 3
+    assert data_main(["check", str(tmp_path)]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last == "days=3 rows=422348 unexplained=0"
+    assert data_main(["ls", str(tmp_path)]) == 0
+    assert "nasdaq/AMZN/2012-06-21" in capsys.readouterr().out
+    # a cached row changed: check names it and exits 1
+    book = tmp_path / "nasdaq" / "AMZN" / "2012-06-21" / "book.npy"
+    rows = np.load(book)
+    rows[1000, 1] += 7
+    np.save(book, rows)
+    assert data_main(["check", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    # the changed row, and the next (the replay carries the file's row into the message after it)
+    assert "row 1001: message" in out and out.strip().endswith("unexplained=2")
+    assert data_main(["ingest", str(tmp_path / "none.zip"), "--out", str(tmp_path)]) == 2
+    assert "none.zip: no such file or folder" in capsys.readouterr().err
