@@ -26,22 +26,31 @@ from lobsim_env.config import MarketConfig
 from lobsim_env.validation import ConfigError, Int, field_errors
 
 
-def market_reward_scale(market: MarketConfig) -> float:
-    """learner.reward_scale='auto' on the market: 2 / (usd_per_tick x position_limit). One scaled unit is the reward
-    of the smallest move of the agent's mark at the largest position it may hold: equity is marked at the mid,
-    which moves in half ticks, so at position_limit contracts that move is worth position_limit x usd_per_tick / 2
-    USD ($31.25 on the default market: 0.032).
+def order_fee_usd(market: MarketConfig) -> float:
+    """What one market order of order_size pays in taker fees: per contract, plus the bps of its notional at the
+    days' median price (market.reference_price_ticks; 0 on the synthetic market, whose fees are per contract)."""
+    bps = market.taker_fee_bps * 1e-4 * market.reference_price_ticks * market.usd_per_tick
+    return market.order_size * (market.taker_fee_usd + bps)
 
-    Why that unit: a step's reward is the change of the marked equity, position x mid move x usd_per_tick, less
+
+def market_reward_scale(market: MarketConfig) -> float:
+    """learner.reward_scale='auto' on the market: 1 / unit, the unit being the larger of half a tick's move of the
+    agent's mark at the largest position it may hold (usd_per_tick x position_limit / 2: the mark is the mid, which
+    moves in half ticks) and one order's taker fee (order_fee_usd). On the default market the first is $31.25
+    (0.032) and the fee $0.5; on the LOBSTER samples a half tick at 375 shares is $1.875 against $0.225 of fees.
+    On a crypto day with a tiny tick and fees in bps the fee is the unit (Binance spot BTCUSDT, 2024-08-08: a
+    half tick at 300 lots is $0.000015, one order's 10 bps $0.037): with the tick's unit one fee would be 2,500
+    units, far outside the C51 support, and the dueling loss explodes at the first updates (the kill rule's end).
+
+    Why half a tick: a step's reward is the change of the marked equity, position x mid move x usd_per_tick, less
     fees. On the default market the 90th percentile of |reward| a step is exactly that $31.25 for the oracle and
     the imbalance policy (the 99th: one tick, $62.5), and the 90th percentile of the oracle's discounted returns
     (gamma 0.99) is $312 (imbalance: $225): 10 scaled units, the edge of the C51 support [v_min, v_max] =
     [-10, 10], so nine of its returns in ten fit it and the rest are clipped to its edge (32 books x 1,000 steps
     measured). The sweep (BENCHMARKS.md, "Learning on the synthetic market") found 0.04 to learn and 0.1 not (at 0.1
     more than half of the oracle's returns lie beyond the support: their median |G| is $123); a one-tick unit (0.016)
-    did worse than 0.04 on the one seed tried. The same rule scales a LOBSTER replay (usd_per_tick 0.01 a share) to its
-    own units."""
-    return 2.0 / (market.usd_per_tick * market.position_limit)
+    did worse than 0.04 on the one seed tried."""
+    return 1.0 / max(market.usd_per_tick * market.position_limit / 2.0, order_fee_usd(market))
 
 
 @dataclass(kw_only=True, frozen=True)

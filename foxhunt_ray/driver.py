@@ -48,7 +48,7 @@ from actors.files import disk_full, remove_tmp_files, write_atomic
 from actors.kill_rules import EXIT_ERROR, EXIT_OK
 from actors.monitor import DIAG_FILE, SUMMARY_FILE, DiagFileError, Monitor, load_baseline, read_diag, step_records
 from foxhunt_ray import provenance, run_folder
-from foxhunt_ray.config import ConfigError, RunConfig, apply_overrides, market_reward_scale
+from foxhunt_ray.config import ConfigError, RunConfig, apply_overrides, market_reward_scale, order_fee_usd
 from foxhunt_ray.loops import Hook, LearnerLost, Progress, run_ray, run_serial
 from foxhunt_ray.plan import DriverConfig, Plan
 from foxhunt_ray.presets import PRESET_NAMES, SETTINGS, SIZING_NAMES, SIZINGS, run_preset
@@ -478,7 +478,11 @@ def describe(plan: Plan) -> str:
     if is_market(c.env_id) and lrn.reward_scale == market_reward_scale(c.market):
         m = c.market
         unit = "lots" if m.source == "replay" else "contracts"
-        scale += f" (from the market: 2 / (${m.usd_per_tick:g} a tick x {m.position_limit} {unit}), half a tick)"
+        half_tick = m.usd_per_tick * m.position_limit / 2
+        if order_fee_usd(m) > half_tick:
+            scale += f" (from the market: 1 / ${order_fee_usd(m):.4g}, one order's taker fee)"
+        else:
+            scale += f" (from the market: 2 / (${m.usd_per_tick:g} a tick x {m.position_limit} {unit}), half a tick)"
     settings = f"settings {c.settings or 'not recorded'}: lr {lrn.lr:g}, dueling_lr {lrn.dueling_lr:g}, {scale}"
     if is_market(c.env_id):
         k = c.market.depth_flow_ticks
@@ -540,7 +544,7 @@ def data_sets(data: str, days: str | None, fold: int | None) -> tuple[list[str],
         raise UsageError(f"--data={data}: {err}") from None
     fields = ("source", "data", "days", "tick_size", "usd_per_tick", "maker_fee_usd", "taker_fee_usd")
     fields += ("maker_fee_bps", "taker_fee_bps", "order_size", "position_limit", "size_scale", "events_per_step")
-    fields += ("horizon", "queue_model")
+    fields += ("horizon", "queue_model", "reference_price_ticks")
     sets = [f"market.{f}={json.dumps(getattr(market, f))}" for f in fields]
     return [*sets, f"market.eval_days={json.dumps(held)}"], fold
 

@@ -81,6 +81,9 @@ class MarketConfig:
     """A day cache (python -m lobsim_env.data ingest ... --out DIR) when source='replay'."""
     days: tuple[str, ...] = ()
     """The cache's days the market draws from (keys venue/instrument/date, or an instrument, a date); () for all."""
+    reference_price_ticks: Annotated[int, Int(ge=0)] = 0
+    """Replay: the days' median mid in ticks (replay_config sets it), which values the bps fees of one order for
+    the reward scale (foxhunt_ray.config.market_reward_scale); 0 where fees are per contract only."""
     eval_days: tuple[str, ...] = ()
     """The days evaluation plays (the fold's held-out day, never in `days`); () for none held out."""
     queue_model: Annotated[str, OneOf(("risk_averse", "prob"))] = "risk_averse"

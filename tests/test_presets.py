@@ -38,6 +38,19 @@ def test_market_reward_scale_is_half_a_tick_of_the_largest_position():
     assert market_reward_scale(MarketConfig(usd_per_tick=0.01, position_limit=100)) == pytest.approx(2.0)
 
 
+def test_where_one_orders_fee_outweighs_half_a_tick_the_fee_is_the_unit():
+    """Binance spot BTCUSDT's contract (tick $0.01, lot 1e-5 BTC, 10 bps, orders of 60 lots near $61,672): half a tick
+    at 300 lots is $0.000015 and one order's fee $0.037; the tick's unit would make a fee 2,500 units."""
+    spot = MarketConfig(
+        usd_per_tick=1e-7, position_limit=300, order_size=60, taker_fee_usd=0.0, taker_fee_bps=10.0,
+        reference_price_ticks=6_167_223,
+    )  # fmt: skip
+    assert market_reward_scale(spot) == pytest.approx(1 / (60 * 1e-3 * 6_167_223 * 1e-7))  # 1 / $0.037
+    # per-contract fees count too, and a fee below half a tick leaves the tick's unit alone
+    assert market_reward_scale(MarketConfig(order_size=2, taker_fee_usd=40.0)) == pytest.approx(1 / 80)
+    assert market_reward_scale(MarketConfig(reference_price_ticks=20_000, taker_fee_bps=1.0)) == pytest.approx(2 / 62.5)
+
+
 def test_auto_reward_scale_is_resolved_from_the_market_and_recorded_as_a_number():
     config = run_preset("phase4_3")
     assert config.learner.reward_scale == "auto"  # unresolved until validated: a --set of the market comes first

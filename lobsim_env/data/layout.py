@@ -393,8 +393,8 @@ def list_days(root: str | Path) -> list[Manifest]:
 
 
 def select_days(root: str | Path, names: list[str] | tuple[str, ...] | None = None) -> list[Manifest]:
-    """The days of a cache that `names` picks (None or empty: all). A name is a key (venue/instrument/date), an
-    instrument, a date, or instrument/date; DataError naming one that matches nothing."""
+    """The days of a cache that `names` picks (None or empty: all). A name is a key (venue/instrument/date), a venue,
+    an instrument, a date, venue/instrument or instrument/date; DataError naming one that matches nothing."""
     days = list_days(root)
     if not days:
         raise DataError(f"{root}: a cache with no days; python -m lobsim_env.data ingest PATH... --out {root}")
@@ -405,7 +405,7 @@ def select_days(root: str | Path, names: list[str] | tuple[str, ...] | None = No
         hits = [
             m
             for m in days
-            if name in (m.key, m.instrument, m.date, f"{m.instrument}/{m.date}", f"{m.venue}/{m.instrument}")
+            if name in (m.key, m.venue, m.instrument, m.date, f"{m.instrument}/{m.date}", f"{m.venue}/{m.instrument}")
         ]
         if not hits:
             listed = ", ".join(m.key for m in days[:8]) + (" ..." if len(days) > 8 else "")

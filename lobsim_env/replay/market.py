@@ -62,10 +62,16 @@ def compiled() -> bool:
 
 
 def replay_config(data: str | Path, days: tuple[str, ...] | list[str] = (), **overrides) -> MarketConfig:
-    """A MarketConfig for days of a cache, its contract from their manifests: tick, USD per tick and lot, fees, and
-    an order of the day's median trade (`order_lots`), a position limit of 5 orders, sizes observed in orders."""
+    """A MarketConfig for days of a cache, its contract from their manifests: tick, USD per tick and lot, fees, an
+    order of the day's median trade (`order_lots`), a position limit of 5 orders, sizes observed in tens of orders,
+    and the days' median mid (reference_price_ticks: what the bps fees of one order cost, for the reward scale)."""
     manifests = layout.select_days(data, list(days))
     m = contract_of(manifests)
+    mids = []
+    for day in manifests:  # every 1,000th row of each day: the median mid prices the bps fees (reward scale)
+        book = layout.open_day(layout.day_dir(data, day)).book[::1000]
+        both = (book[:, 1] > 0) & (book[:, 3] > 0)
+        mids.append((book[both, 0] + book[both, 2]) // 2)
     base = {
         "source": "replay",
         "data": str(data),
@@ -82,6 +88,7 @@ def replay_config(data: str | Path, days: tuple[str, ...] | list[str] = (), **ov
         "events_per_step": 20,
         "horizon": 500,
         "queue_model": "risk_averse",
+        "reference_price_ticks": int(np.median(np.concatenate(mids))) if sum(map(len, mids)) else 0,
     }
     base.update(overrides)
     return MarketConfig(**base).validate()
