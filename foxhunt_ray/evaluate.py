@@ -531,10 +531,13 @@ def format_table(result: dict[str, Any]) -> str:
         f"{'policy':<10} {'pnl_usd mean':>13} {'± sem':>8} {'sharpe':>7} {'max_dd mean':>12} {'max_dd worst':>13} "
         f"{'turnover':>9} {'fees/ep':>9} {'fill_rate':>9}"
     ]
+    # whole dollars, or cents where every figure is small (a crypto day's orders of a few tens of USD)
+    big = max(abs(m[k]) for m in result["policies"].values() for k in ("pnl_usd_mean", "max_drawdown_usd_worst"))
+    usd = ",.0f" if big >= 100 else ",.2f"
     for name, m in result["policies"].items():
         lines.append(
-            f"{name:<10} {m['pnl_usd_mean']:>13,.0f} {m['pnl_usd_sem']:>8,.0f} {num(m['sharpe'], '.3f'):>7} "
-            f"{m['max_drawdown_usd']:>12,.0f} {m['max_drawdown_usd_worst']:>13,.0f} {m['turnover']:>9.1f} "
+            f"{name:<10} {m['pnl_usd_mean']:>13{usd}} {m['pnl_usd_sem']:>8{usd}} {num(m['sharpe'], '.3f'):>7} "
+            f"{m['max_drawdown_usd']:>12{usd}} {m['max_drawdown_usd_worst']:>13{usd}} {m['turnover']:>9.1f} "
             f"{m['fees_usd_mean']:>9,.2f} {num(m['fill_rate'], '.3f'):>9}"
         )
     if result["oracle_fraction"] is not None:

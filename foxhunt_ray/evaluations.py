@@ -115,9 +115,9 @@ def caveat(record: dict[str, Any]) -> str | None:
             else "in-sample: the days this run trained on (windows drawn afresh, but not held out)"
         )
         return (
-            f"real days {day_of(record)}: no oracle (compare with this evaluation's flat, imbalance and the hindsight "
-            f"bound, which reads the day's future and no agent can reach); {record.get('episodes', '?')} windows; "
-            f"{where}. Never compare it with a synthetic figure."
+            f"real days {day_of(record)}: no oracle (compare with this evaluation's flat, imbalance, quoting and the "
+            f"hindsight bound, which reads the day's future and no agent can reach); {record.get('episodes', '?')} "
+            f"windows; {where}. Never compare it with a synthetic figure."
         )
     if market_of(record) != LOBSTER:
         return None

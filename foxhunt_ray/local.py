@@ -196,10 +196,11 @@ def evaluate_and_suggest(plan: driver.Plan, code: int, *, episodes: int) -> int:
     print(describe(result))
     print(suggestions)
     pnl = {name: r["pnl_usd_mean"] for name, r in result["policies"].items()}
-    if "oracle" not in pnl:  # a real day: no oracle; the yardsticks are flat, imbalance and the hindsight bound
+    if "oracle" not in pnl:  # a real day: no oracle; its yardsticks are flat, imbalance, quoting and hindsight
         print(
             f"heldout_pnl_usd={pnl['agent']:.2f} flat_usd={pnl['flat']:.2f} imbalance_usd={pnl['imbalance']:.2f} "
-            f"hindsight_usd={pnl['hindsight']:.2f} held_out={str(result['held_out']).lower()}",
+            f"quoting_usd={pnl['quoting']:.2f} hindsight_usd={pnl['hindsight']:.2f} "
+            f"held_out={str(result['held_out']).lower()}",
             flush=True,
         )
         return code
@@ -214,8 +215,8 @@ def evaluate_and_suggest(plan: driver.Plan, code: int, *, episodes: int) -> int:
 
 
 def demo(argv: list[str]) -> int:
-    """The baselines table of the synthetic market, or (--data DIR) of real days: flat, random, imbalance and the
-    hindsight bound (a real day has no oracle)."""
+    """The baselines table of the synthetic market, or (--data DIR) of real days: flat, random, imbalance, quoting
+    and the hindsight bound (a real day has no oracle)."""
     from lobsim_env.baselines import POLICIES, REAL_DAY_POLICIES, evaluate_policy
 
     parser = argparse.ArgumentParser(prog="python -m foxhunt_ray.local --demo")

@@ -2,9 +2,11 @@
 
 A policy is `policy(obs [B, D], env, rng) -> actions [B]`. `flat` never trades; `random` picks uniformly;
 `imbalance` reads only the observation (top-level imbalance plus recent signed trade flow) and holds a
-full long / short / flat position by its sign; `oracle` reads the latent regime through the explicit accessor
-`env.latent_regime()` (never part of the observation) and holds position_limit * regime. Learning is scored
-between `flat` / `imbalance` and `oracle`.
+full long / short / flat position by its sign; `Quoting` makes the market at the best quotes with inventory skew
+(a real day's passive yardstick); `hindsight` plans a real day's window with its future known; `oracle` reads
+the latent regime through the explicit accessor `env.latent_regime()` (never part of the observation) and holds
+position_limit * regime. Learning is scored between `flat` / `imbalance` and `oracle` (on a real day, which has no
+oracle, beside `quoting` and below `hindsight`).
 
 `run_episodes(config, policy, episodes, seed)` plays `episodes` full episodes, one per book of a LobVectorEnv
 reset with `seed` (book i: seed + i), and measures PnL, drawdown, turnover, fees and the fill rate of passive
@@ -74,6 +76,45 @@ def oracle(obs: np.ndarray, env: LobVectorEnv, rng: np.random.Generator) -> np.n
     return _trade_towards(_position(obs, cfg), env.latent_regime() * cfg.position_limit)
 
 
+@dataclass(frozen=True)
+class Quoting:
+    """A market maker with inventory skew, in the spirit of Avellaneda and Stoikov with the action set's join-at-best
+    quotes: it rests a bid and an ask at the best quotes (one join a step), stops quoting the side that would grow
+    its inventory once it holds `skew` orders (a cancel removes both quotes; the other side is joined again next
+    step: its reservation price has moved past that side's quote), and once less than `flatten_at` of the episode
+    is left it flattens what it holds and quotes no more (inventory risk into the window's end). `skew` is in orders of
+    order_size; the parameters of a fold are picked on its validation day (`tune_quoting`), never its test day."""
+
+    skew: int = 2
+    flatten_at: float = 0.05
+
+    def __call__(self, obs: np.ndarray, env: LobVectorEnv, rng: np.random.Generator) -> np.ndarray:
+        cfg = env.config
+        ix = obs_index(cfg)
+        held = _position(obs, cfg) / cfg.order_size  # in orders
+        bid, ask = obs[:, ix["own_bid_size"]] > 0, obs[:, ix["own_ask_size"]] > 0
+        long, short = held >= self.skew, held <= -self.skew
+        act = np.full(obs.shape[0], Action.HOLD, np.int64)
+        act = np.where(~ask & ~short, Action.JOIN_ASK, act)
+        act = np.where(~bid & ~long, Action.JOIN_BID, act)
+        act = np.where((long & bid) | (short & ask), Action.CANCEL, act)
+        late = obs[:, ix["time_left"]] < self.flatten_at  # out: flat, its quotes cancelled
+        act = np.where(late, np.where(held != 0, Action.FLATTEN, np.where(bid | ask, Action.CANCEL, Action.HOLD)), act)
+        return act.astype(np.int64)
+
+
+QUOTING_GRID = tuple(Quoting(skew=k, flatten_at=f) for k in (1, 2, 3, 5) for f in (0.0, 0.05, 0.2))
+"""The parameters `tune_quoting` tries: inventory skew in orders, and the share of the window flattened out."""
+
+
+def tune_quoting(validation: MarketConfig, episodes: int, seed: int) -> tuple[Quoting, dict[str, float]]:
+    """The QUOTING_GRID entry with the best mean PnL on `validation` (a fold's validation day, never its test day),
+    and every entry's mean PnL by its repr."""
+    scores = {repr(q): run_episodes(validation, q, episodes, seed).pnl_usd.mean() for q in QUOTING_GRID}
+    best = max(QUOTING_GRID, key=lambda q: scores[repr(q)])
+    return best, scores
+
+
 def hindsight(obs: np.ndarray, env: LobVectorEnv, rng: np.random.Generator) -> np.ndarray:
     """The hindsight bound of a real day: the market orders (one order a step at most) that make the most PnL over
     the window, planned with the whole window known (lobsim_env.replay.ReplayMarket.hindsight_actions). No agent
@@ -84,8 +125,15 @@ def hindsight(obs: np.ndarray, env: LobVectorEnv, rng: np.random.Generator) -> n
 POLICIES: dict[str, Policy] = {"flat": flat, "random": random, "imbalance": imbalance, "oracle": oracle}
 NEEDS_LATENT_REGIME = frozenset({"oracle"})
 """Baselines that read the synthetic market's hidden regime: there is none in a LOBSTER replay."""
-REAL_DAY_POLICIES: dict[str, Policy] = {"flat": flat, "random": random, "imbalance": imbalance, "hindsight": hindsight}
-"""The yardsticks of a real day (the replay market): no oracle, the hindsight bound as its ceiling."""
+REAL_DAY_POLICIES: dict[str, Policy] = {
+    "flat": flat,
+    "random": random,
+    "imbalance": imbalance,
+    "quoting": Quoting(),
+    "hindsight": hindsight,
+}
+"""The yardsticks of a real day (the replay market): no oracle; a quoting rule with inventory skew at its default
+parameters (a fold's protocol tunes them on its validation day: tune_quoting), the hindsight bound as the ceiling."""
 
 
 def _check(name: str, value: object, rule: Rule) -> None:

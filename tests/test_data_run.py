@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from foxhunt_ray import driver, local
-from lobsim_env.baselines import evaluate_policy
+from lobsim_env import LobVectorEnv
+from lobsim_env.baselines import QUOTING_GRID, Quoting, evaluate_policy, run_episodes, tune_quoting
 from lobsim_env.data.__main__ import main as data_main
 from lobsim_env.lobster.samples import sample_zip
 from lobsim_env.replay import replay_config
@@ -46,13 +47,14 @@ def test_a_run_on_real_days_trains_on_the_days_before_its_fold_and_evaluates_on_
     assert "market real days test/L2X/2024-08-08, test/L2X/2024-08-09 (fold 2: holds out test/L2X/2024-08-10)" in out
     last = out.strip().splitlines()[-1]
     m = re.fullmatch(
-        r"heldout_pnl_usd=(-?[\d.]+) flat_usd=0.00 imbalance_usd=(-?[\d.]+) hindsight_usd=(-?[\d.]+) held_out=true",
+        r"heldout_pnl_usd=(-?[\d.]+) flat_usd=0.00 imbalance_usd=(-?[\d.]+) quoting_usd=(-?[\d.]+) "
+        r"hindsight_usd=(-?[\d.]+) held_out=true",
         last,
     )
     assert m, last
     record = json.loads(next((run_dir / "evaluations").glob("replay-fold2-*.json")).read_text())
     assert record["market"] == "replay" and record["replay"]["days"] == ["test/L2X/2024-08-10"]
-    assert set(record["policies"]) == {"agent", "flat", "random", "imbalance", "hindsight"}
+    assert set(record["policies"]) == {"agent", "flat", "random", "imbalance", "quoting", "hindsight"}
     assert record["held_out"] is True and "no oracle" in record["caveat"]
     assert not (run_dir / "evaluation.json").exists()  # that copy is the synthetic market's alone
     # fold 1 trains on the first date alone; a fold past the dates, --days without --data, and a resume that
@@ -79,7 +81,28 @@ def test_the_hindsight_bound_is_above_every_baseline_and_demo_prints_the_yardsti
     assert local.main(["--demo", "--data", str(two_dates), "--episodes", "4", "--set", "market.horizon=40"]) == 0
     out = capsys.readouterr().out
     assert "real days test/L2X/2024-08-08, test/L2X/2024-08-09, test/L2X/2024-08-10" in out
-    assert [line.split()[0] for line in out.splitlines()[2:]] == ["flat", "random", "imbalance", "hindsight"]
+    assert [line.split()[0] for line in out.splitlines()[2:]] == ["flat", "random", "imbalance", "quoting", "hindsight"]
+
+
+def test_the_quoting_rule_rests_on_both_sides_skews_its_inventory_and_is_tuned_on_the_validation_day(two_dates):
+    """Quoting joins both best quotes while flat, stops quoting the side that would grow its inventory past `skew`
+    orders (a fill of the quote in flight can add one more), flattens at the window's end; its passive orders fill.
+    tune_quoting picks the grid entry with the best mean PnL on the day it is given."""
+    validation, test = (replay_config(two_dates, [d], horizon=60) for d in ("2024-08-09", "2024-08-10"))
+    for skew in (1, 3):
+        env = LobVectorEnv(32, test)
+        obs, _ = env.reset(seed=5)
+        policy, rng, most = Quoting(skew=skew, flatten_at=0.1), np.random.default_rng(0), 0
+        for _ in range(59):
+            obs, _, _, _, info = env.step(policy(obs, env, rng))
+            most = max(most, int(np.abs(info["position"]).max()))
+        assert most <= (skew + 1) * test.order_size, (skew, most)
+        assert (info["position"] == 0).all()  # flattened in the window's last tenth
+    assert most > 2 * test.order_size  # a wider skew holds more
+    result = run_episodes(test, Quoting(), 16, 0).metrics()
+    assert result["fill_rate"] > 0.2 and result["passive_filled_mean"] > 0
+    best, scores = tune_quoting(validation, 8, 3)
+    assert set(scores) == {repr(q) for q in QUOTING_GRID} and scores[repr(best)] == max(scores.values())
 
 
 @pytest.mark.skipif(not sample_zip("AMZN", 5).exists(), reason="no LOBSTER samples")
