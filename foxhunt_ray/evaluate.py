@@ -197,6 +197,20 @@ def load_agent(
     for head 'pi' the encoder + pi as the rollout actors' PolicyNet. weights 'target': the checkpoint's target
     network (main.target_flat, the Polyak average of the trained parameters) instead of the trained ones.
     """
+    net, policy, step = load_networks(path, run, obs_dim=obs_dim, n_actions=n_actions, head=head, weights=weights)
+    if head == "pi":
+        return _greedy_pi(policy), step
+    cfg = run.learner
+    support = torch.linspace(cfg.v_min, cfg.v_max, cfg.n_atoms)
+    return _greedy_q(net, support, cfg.ensemble_w, cfg.iqn_taus), step
+
+
+def load_networks(
+    path: Path, run: RunConfig, *, obs_dim: int, n_actions: int, head: str = "pi", weights: str = "online"
+) -> tuple[MainNet, PolicyNet, int]:
+    """The checkpoint's main network and its encoder + pi as a PolicyNet, in eval mode on the CPU, and its learner
+    step (load_agent's, foxhunt_ray.export's); EvaluationError naming the checkpoint and the fix where they do not
+    belong to the run's config or the market's observation."""
     step, learner = _read_checkpoint(path)
     cfg = run.learner
     # Only the fields acting reads: a checkpoint of older code lacks later training-only fields, and that is fine.
@@ -231,10 +245,7 @@ def load_agent(
         raise EvaluationError(
             f"{path} main.{key}: {err}: the checkpoint does not belong to this config; {_another(path)}"
         ) from None
-    if head == "pi":
-        return _greedy_pi(policy), step
-    support = torch.linspace(cfg.v_min, cfg.v_max, cfg.n_atoms)
-    return _greedy_q(net, support, cfg.ensemble_w, cfg.iqn_taus), step
+    return net, policy, step
 
 
 def networks_from_flat(
