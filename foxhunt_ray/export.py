@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
-import tempfile
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
@@ -85,9 +85,12 @@ def export_run(run_dir: str | Path, *, out: str | Path | None = None, checkpoint
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
     }
     # each file whole or not at all: written beside, then renamed
-    with tempfile.NamedTemporaryFile(dir=folder, suffix=".tmp", delete=False) as f:
-        torch.export.save(program, f)
-    Path(f.name).replace(folder / POLICY_FILE)
+    part = folder / f".{POLICY_FILE}.{os.getpid()}.pt2"  # torch.export.save wants a name ending in .pt2
+    try:
+        torch.export.save(program, part)
+        part.replace(folder / POLICY_FILE)
+    finally:
+        part.unlink(missing_ok=True)
     tmp = folder / (MANIFEST_FILE + ".tmp")
     tmp.write_text(json.dumps(manifest, indent=1) + "\n")
     tmp.replace(folder / MANIFEST_FILE)
