@@ -155,6 +155,14 @@ def parse_args(
         metavar="NAMES",
         help="with --data: the days to draw from, comma-separated (venue/instrument/date, an instrument, a date)",
     )
+    p.add_argument(
+        "--blocks",
+        type=int,
+        default=None,
+        metavar="N",
+        help="with --data: cut each day into N blocks of equal time, the folds running over them as over days "
+        "(e.g. 13: NASDAQ's half hours; the LOBSTER samples hold one day each)",
+    )
     p.add_argument("--seed", type=int, default=None, help="base seed (default 0)")
     p.add_argument(
         "--out",
@@ -346,10 +354,10 @@ def resolve(args: argparse.Namespace) -> Plan:
     sets = [*from_file, *args.overrides]  # the file first: a --set wins
     data_fold = None
     if getattr(args, "data", None) is not None:
-        from_data, data_fold = data_sets(args.data, args.days, args.fold)
+        from_data, data_fold = data_sets(args.data, args.days, args.fold, args.blocks or 1)
         sets = [*from_data, *sets]
-    elif getattr(args, "days", None) is not None:
-        raise UsageError("--days picks days of a cache: it goes with --data DIR")
+    elif getattr(args, "days", None) is not None or getattr(args, "blocks", None) is not None:
+        raise UsageError("--days and --blocks pick days of a cache: they go with --data DIR")
     if args.env_id is not None:
         sets.append(f"env_id={json.dumps(args.env_id)}")
     if args.seed is not None:
@@ -513,40 +521,51 @@ def describe(plan: Plan) -> str:
     return f"{market}\n{settings}\n{sizing}\n{budget}"
 
 
-def data_sets(data: str, days: str | None, fold: int | None) -> tuple[list[str], int]:
-    """--data DIR [--days NAMES] [--fold K] -> the `market.*` settings of the replay market (lobsim_env.replay.
-    replay_config: the days, their contract, fees and order size) and the fold. The cache's dates in order: fold K
-    trains on the days dated before the K-th date and holds out the K-th (market.eval_days), by default the last;
-    a cache of one date trains on its days and holds none out (the evaluation says so)."""
+def data_sets(data: str, days: str | None, fold: int | None, blocks: int = 1) -> tuple[list[str], int]:
+    """--data DIR [--days NAMES] [--blocks N] [--fold K] -> the `market.*` settings of the replay market
+    (lobsim_env.replay.replay_config: the days, their contract, fees and order size) and the fold. The periods are
+    the cache's dates in order, or with --blocks N each date's N blocks of equal time in order: fold K trains on the
+    periods before the K-th and holds out the K-th (market.eval_days), by default the last; one period alone trains
+    on its days and holds none out (the evaluation says so)."""
     from lobsim_env.data.layout import DataError, select_days
     from lobsim_env.replay import replay_config
 
+    if not isinstance(blocks, int) or not 1 <= blocks <= 10_000:
+        raise UsageError(f"--blocks={blocks!r} must be an int in 1..10000")
     root = Path(data).expanduser().resolve()
     names = [d.strip() for d in days.split(",") if d.strip()] if days else []
     try:
         picked = select_days(root, names)
-        dates = sorted({m.date for m in picked})
-        if len(dates) > 1:
-            fold = len(dates) - 1 if fold is None else fold
-            if not 1 <= fold < len(dates):
+        periods = sorted({(m.date, k) for m in picked for k in range(blocks)})
+        shown = [f"{d}#{k}" if blocks > 1 else d for d, k in periods]
+
+        def named(m, k: int) -> str:
+            return f"{m.key}#{k}" if blocks > 1 else m.key
+
+        if len(periods) > 1:
+            fold = len(periods) - 1 if fold is None else fold
+            if not 1 <= fold < len(periods):
                 raise UsageError(
-                    f"--fold={fold} must be in 1..{len(dates) - 1}: fold K trains on the dates before the K-th of the "
-                    f"{len(dates)} dates of {root} ({', '.join(dates)}) and evaluates on it"
+                    f"--fold={fold} must be in 1..{len(periods) - 1}: fold K trains on the periods before the K-th of "
+                    f"the {len(periods)} of {root} ({', '.join(shown[:6])}{' ...' if len(shown) > 6 else ''}) and "
+                    "evaluates on it"
                 )
-            train = [m.key for m in picked if m.date < dates[fold]]
-            held = [m.key for m in picked if m.date == dates[fold]]
+            train = [named(m, k) for m in picked for k in range(blocks) if (m.date, k) < periods[fold]]
+            held = [named(m, k) for m in picked for k in range(blocks) if (m.date, k) == periods[fold]]
         else:
             if fold not in (None, 0):
-                raise UsageError(f"--fold={fold}: the days picked of {root} are all of {dates[0]}: fold 0 only")
+                raise UsageError(f"--fold={fold}: the days picked of {root} are one period ({shown[0]}): fold 0 only")
             fold, train, held = 0, [m.key for m in picked], []
-        market = replay_config(root, train)
+        # the contract and the median price (the reward scale's) from the training days alone: the test day's
+        # prices stay out of everything the run is built from
+        market = replay_config(root, sorted({name.partition("#")[0] for name in train}), blocks=blocks)
     except DataError as err:
         raise UsageError(f"--data={data}: {err}") from None
-    fields = ("source", "data", "days", "tick_size", "usd_per_tick", "maker_fee_usd", "taker_fee_usd")
-    fields += ("maker_fee_bps", "taker_fee_bps", "order_size", "position_limit", "size_scale", "events_per_step")
-    fields += ("horizon", "queue_model", "reference_price_ticks")
+    fields = ("source", "data", "tick_size", "usd_per_tick", "maker_fee_usd", "taker_fee_usd", "maker_fee_bps")
+    fields += ("taker_fee_bps", "order_size", "position_limit", "size_scale", "events_per_step", "horizon")
+    fields += ("queue_model", "reference_price_ticks", "blocks")
     sets = [f"market.{f}={json.dumps(getattr(market, f))}" for f in fields]
-    return [*sets, f"market.eval_days={json.dumps(held)}"], fold
+    return [*sets, f"market.days={json.dumps(train)}", f"market.eval_days={json.dumps(held)}"], fold
 
 
 def _probe(config: RunConfig, errs: list[str]) -> EnvSpaces | None:
@@ -607,6 +626,7 @@ RUN_CONFIG_FLAGS = (
     "fold",
     "data",
     "days",
+    "blocks",
     "inject_nan_at",
     "baseline",
     "name",

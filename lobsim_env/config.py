@@ -80,7 +80,12 @@ class MarketConfig:
     data: str | None = None
     """A day cache (python -m lobsim_env.data ingest ... --out DIR) when source='replay'."""
     days: tuple[str, ...] = ()
-    """The cache's days the market draws from (keys venue/instrument/date, or an instrument, a date); () for all."""
+    """The cache's days the market draws from (keys venue/instrument/date, or an instrument, a date); () for all.
+    With blocks > 1 a name may end in '#k' for the day's block k alone (0-based)."""
+    blocks: Annotated[int, Int(ge=1, le=10_000)] = 1
+    """Replay: each day's span (first to last message) cut into this many blocks of equal time, each a period of
+    its own that windows never cross (13 cuts NASDAQ's 09:30-16:00 into half hours): the walk-forward folds then
+    run over blocks of a day as over days (docs/data.md)."""
     reference_price_ticks: Annotated[int, Int(ge=0)] = 0
     """Replay: the days' median mid in ticks (replay_config sets it), which values the bps fees of one order for
     the reward scale (foxhunt_ray.config.market_reward_scale); 0 where fees are per contract only."""

@@ -5,6 +5,7 @@ yardsticks; `python -m lobsim_env.data ingest | check | ls` on LOBSTER samples."
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 
@@ -15,8 +16,9 @@ from foxhunt_ray import driver, local
 from lobsim_env import LobVectorEnv
 from lobsim_env.baselines import QUOTING_GRID, Quoting, evaluate_policy, run_episodes, tune_quoting
 from lobsim_env.data.__main__ import main as data_main
+from lobsim_env.data.layout import DataError
 from lobsim_env.lobster.samples import sample_zip
-from lobsim_env.replay import replay_config
+from lobsim_env.replay import ReplayMarket, replay_config
 from tests.test_replay import _l2_day
 
 SMOKE = ["--preset", "smoke", "--quiet", "--serial", "--checkpoint-interval-s", "0"]
@@ -67,11 +69,33 @@ def test_a_run_on_real_days_trains_on_the_days_before_its_fold_and_evaluates_on_
     assert driver.main([*SMOKE, "--data", str(two_dates), "--fold", "3", "--out", str(tmp_path)]) == 1
     assert "--fold=3 must be in 1..2" in capsys.readouterr().err
     assert driver.main([*SMOKE, "--days", "L2X", "--out", str(tmp_path)]) == 1
-    assert "--days picks days of a cache: it goes with --data DIR" in capsys.readouterr().err
+    assert "--days and --blocks pick days of a cache: they go with --data DIR" in capsys.readouterr().err
     assert driver.main(["--resume", str(run_dir), "--days", "L2X"]) == 1
     assert "drop ['--days']" in capsys.readouterr().err
     assert driver.main([*SMOKE, "--data", str(tmp_path / "nothing"), "--out", str(tmp_path)]) == 1
     assert "not a folder; make a cache with python -m lobsim_env.data ingest" in capsys.readouterr().err
+
+
+def test_blocks_of_a_day_are_periods_of_their_own_for_the_folds_and_the_windows(two_dates, tmp_path):
+    """--blocks 3 cuts each day into 3 blocks of equal time: the folds run over (date, block), a window never leaves
+    its block, and the run's held-out block is the fold's."""
+    flags = [*SMOKE, "--data", str(two_dates), "--days", "2024-08-09", "--blocks", "3", "--out", str(tmp_path)]
+    assert driver.main([*flags, "--steps", "3", "--set", "market.horizon=20"]) == 0
+    market = json.loads(next(tmp_path.glob("*/*/2/config.json")).read_text())["run"]["market"]
+    assert market["blocks"] == 3 and market["eval_days"] == ["test/L2X/2024-08-09#2"]
+    assert market["days"] == ["test/L2X/2024-08-09#0", "test/L2X/2024-08-09#1"]
+    cfg = replay_config(two_dates, ["2024-08-09"], horizon=20, blocks=3)
+    m = ReplayMarket(cfg)
+    ts = m.days[0].events["ts"]
+    edges = [ts[0] + (ts[-1] - ts[0]) * j // 3 for j in range(4)]
+    state = m.new_state(300)
+    m.reset_rows(state, np.arange(300), np.random.default_rng(1).integers(0, 2**63, 300).astype(np.uint64))
+    assert set(state.day.tolist()) == {0, 1, 2}
+    for b in range(3):
+        starts, ends = state.start[state.day == b], state.start[state.day == b] + 20 * cfg.events_per_step
+        assert (ts[starts - 1] >= edges[b]).all() and (ts[ends] <= edges[b + 1]).all()
+    with pytest.raises(DataError, match=r"names block 3, and market.blocks=3"):
+        ReplayMarket(dataclasses.replace(cfg, days=("test/L2X/2024-08-09#3",)))
 
 
 def test_the_hindsight_bound_is_above_every_baseline_and_demo_prints_the_yardsticks(two_dates, capsys):

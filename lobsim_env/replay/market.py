@@ -94,6 +94,38 @@ def replay_config(data: str | Path, days: tuple[str, ...] | list[str] = (), **ov
     return MarketConfig(**base).validate()
 
 
+def open_periods(cfg: MarketConfig) -> tuple[list[Day], list[tuple[int, int]]]:
+    """The periods of cfg.days in cfg.data: each day whole, or with cfg.blocks > 1 each of its blocks (a name ending
+    in '#k' picks block k), as (the day, opened once, memory-mapped) and its event range [lo, hi). Block k spans
+    first_ts + k x (last_ts - first_ts) / blocks to the next boundary, the last one to the day's end."""
+    root, opened = Path(cfg.data), {}
+    days, ranges = [], []
+    for name in cfg.days or ("",):
+        base, _, block = name.partition("#")
+        if block and (not block.isdigit() or int(block) >= cfg.blocks):
+            raise DataError(f"market.days: {name!r} names block {block}, and market.blocks={cfg.blocks} (0..blocks-1)")
+        for m in layout.select_days(root, [base] if base else []):
+            if m.key not in opened:
+                opened[m.key] = layout.open_day(layout.day_dir(root, m))
+            day = opened[m.key]
+            for k in [int(block)] if block else range(cfg.blocks):
+                days.append(day)
+                ranges.append(block_range(day, k, cfg.blocks))
+    return days, ranges
+
+
+def block_range(day: Day, k: int, blocks: int) -> tuple[int, int]:
+    """[lo, hi): the events of block k of `blocks` of equal time over the day's span."""
+    if blocks == 1:
+        return 0, day.manifest.n_events
+    first, last = day.manifest.first_ts, day.manifest.last_ts
+    edges = [first + (last - first) * j // blocks for j in (k, k + 1)]
+    ts = day.events["ts"]
+    lo = int(np.searchsorted(ts, edges[0], "left")) if k else 0
+    hi = int(np.searchsorted(ts, edges[1], "left")) if k + 1 < blocks else day.manifest.n_events
+    return lo, hi
+
+
 def contract_of(manifests: list[Manifest]) -> Manifest:
     """The first day's manifest, once every day is checked to share its contract; DataError naming the odd one."""
     if not manifests:
@@ -269,9 +301,14 @@ class ReplayMarket:
         if days is None:
             if cfg.source != "replay" or not cfg.data:
                 raise ValueError(f"market.source={cfg.source!r}: the replay market needs source='replay' and data")
-            root = Path(cfg.data)
-            days = [layout.open_day(layout.day_dir(root, m)) for m in layout.select_days(root, list(cfg.days))]
+            days, ranges = open_periods(cfg)
+        else:
+            ranges = [(0, d.manifest.n_events) for d in days]
         self.days = days
+        """The market's periods' days, one entry a period (a day, or a block of it: MarketConfig.blocks); a book's
+        `state.day` indexes this list and _lo / _hi."""
+        self._lo = np.array([lo for lo, _ in ranges], np.int64)
+        self._hi = np.array([hi for _, hi in ranges], np.int64)
         m = contract_of([d.manifest for d in days])
         if not math.isclose(cfg.usd_per_tick, m.usd_per_tick_lot, rel_tol=1e-9) or not math.isclose(
             cfg.tick_size, m.tick_size, rel_tol=1e-9
@@ -282,13 +319,13 @@ class ReplayMarket:
                 "lobsim_env.replay.replay_config (the driver's --data does)"
             )
         self._span = cfg.horizon * cfg.events_per_step
-        for d in days:
-            if self._span + 1 >= d.manifest.n_events:
+        for d, lo, hi in zip(days, self._lo, self._hi, strict=True):
+            if self._span + 1 >= hi - lo:
+                what = d.key if hi - lo == d.manifest.n_events else f"a block of {d.key} (market.blocks={cfg.blocks})"
                 raise DataError(
-                    f"market.horizon * market.events_per_step = {self._span} must be < the {d.manifest.n_events - 1} "
-                    f"messages of {d.key}; lower horizon or events_per_step, or leave that day out"
+                    f"market.horizon * market.events_per_step = {self._span} must be < the {hi - lo - 1} messages of "
+                    f"{what}; lower horizon, events_per_step or blocks, or leave that day out"
                 )
-        self._n = np.array([d.manifest.n_events for d in days], np.int64)
         self._plans: tuple | None = None  # hindsight_actions' plans
         self._levels = np.array([d.manifest.levels for d in days], np.int64)
         if use_c and _C is None:
@@ -399,9 +436,10 @@ class ReplayMarket:
         rows = np.asarray(rows, np.int64)
         keys = np.asarray(keys, np.uint64)
         day = (_mix(keys) % np.uint64(len(self.days))).astype(np.int64) if len(self.days) > 1 else np.zeros_like(rows)
-        choices = (self._n[day] - 1 - self._span).astype(np.uint64)
+        choices = (self._hi[day] - self._lo[day] - 1 - self._span).astype(np.uint64)
         state.day[rows] = day
-        state.start[rows] = 1 + (keys % choices).astype(np.int64)  # >= 1: the book before the first message is a row
+        # >= lo + 1: the book before the window's first message is a row of its period
+        state.start[rows] = self._lo[day] + 1 + (keys % choices).astype(np.int64)
         for a in (
             state.t, state.position, state.cash, state.fees_usd, state.equity_usd, state.flow, state.flow_slow,
             state.depth_flow, state.depth_flow_slow, state.own_price, state.own_size, state.own_join, state.own_ahead,
