@@ -139,7 +139,7 @@ def thin_curve(diag: Path, dest: Path, rows: int = 60) -> None:
 
 def _learn_collect(dir: Path, tmp: Path, output: str) -> dict:
     figures = last_kv_line(output)
-    runs = sorted(tmp.glob("runs/*/*/0"))
+    runs = sorted(tmp.glob("runs/*/*/*[0-9]"))  # the fold's folder: 0 on the synthetic market
     if not runs:
         return {**figures, "missing": "run folder"}
     run = runs[0]
@@ -249,23 +249,43 @@ def _system(plan: Plan) -> list[Job]:
     ) for s in plan.seeds]
 
 
-def _system_real(plan: Plan) -> list[Job]:
-    """The whole system on real days: lobsim_env's C modules built in place, the LOBSTER samples (FOXHUNT_LOBSTER_DATA
-    or lobsim_env.lobster.samples.data_dir()) ingested into a cache, then bench_system.py --gpu --data on it."""
+PYTHON = "python3"
+REAL_CACHE = "{tmp}/../cache"
+"""The real-day steps' cache: one folder beside their jobs' own, made by their first jobs."""
+
+
+def _real_days(step: str) -> list[Job]:
+    """lobsim_env's C modules built in place, and the LOBSTER samples (FOXHUNT_LOBSTER_DATA, else the sample folder
+    beside the checkout) ingested into REAL_CACHE: the first jobs of a step on real days."""
     samples = os.environ.get("FOXHUNT_LOBSTER_DATA") or str(Path(__file__).resolve().parents[3] / "shared/data/lobster")
-    cache = "{tmp}/../cache"
-    prepare = [
-        Job(step="system_real", label="build_c", argv=(plan.python, "-m", "benchmarks.gpu_host.build_c"),
-            timeout_s=120, expect_s=10),
-        Job(step="system_real", label="ingest",
-            argv=(plan.python, "-m", "lobsim_env.data", "ingest", samples, "--out", cache),
+    return [
+        Job(step=step, label="build_c", argv=(PYTHON, "-m", "benchmarks.gpu_host.build_c"), timeout_s=120, expect_s=10),
+        Job(step=step, label="ingest", argv=(PYTHON, "-m", "lobsim_env.data", "ingest", samples, "--out", REAL_CACHE),
             timeout_s=120, expect_s=10, collect=lambda dir, tmp, output: last_kv_line(output)),
     ]  # fmt: skip
+
+
+def _system_real(plan: Plan) -> list[Job]:
+    """The whole system on real days: bench_system.py --gpu --data on the LOBSTER samples' cache."""
+    prepare = [dataclasses.replace(j, argv=(plan.python, *j.argv[1:])) for j in _real_days("system_real")]
     return prepare + [Job(
         step="system_real", label=f"seed{s}",
         argv=(plan.python, "benchmarks/bench_system.py", "--gpu", "--seconds", f"{plan.system_seconds:g}",
-              "--seed", str(s), "--data", cache, "--json", "{dir}/system.json"),
+              "--seed", str(s), "--data", REAL_CACHE, "--json", "{dir}/system.json"),
         timeout_s=plan.system_seconds + 150, expect_s=plan.system_seconds + 45, collect=_system_collect,
+    ) for s in plan.seeds]
+
+
+def _learn_real(plan: Plan) -> list[Job]:
+    """The main job on a real day, one run a seed: the AMZN sample in 13 half-hour blocks, trained on 09:30-15:30,
+    evaluated on 15:30-16:00 (its held-out fold) beside flat, random, imbalance, quoting and the hindsight bound."""
+    prepare = [dataclasses.replace(j, argv=(plan.python, *j.argv[1:])) for j in _real_days("learn_real")]
+    return prepare + [Job(
+        step="learn_real", label=f"seed{s}",
+        argv=(plan.python, "-m", "foxhunt_ray.local", "--data", REAL_CACHE, "--days", "AMZN", "--blocks", "13",
+              "--set", "market.horizon=200", "--time-limit-s", f"{plan.learn_seconds:g}", "--eval-episodes", "256",
+              "--seed", str(s), "--out", "{tmp}/runs"),
+        timeout_s=plan.learn_seconds + 150, expect_s=plan.learn_seconds + 28, collect=_learn_collect,
     ) for s in plan.seeds]
 
 
@@ -299,6 +319,7 @@ STEPS: dict[str, Callable[[Plan], list[Job]]] = {
     "system": _system,
     "system_real": _system_real,
     "learn": _learn,
+    "learn_real": _learn_real,
     "rllib": _rllib,
     "census": _census,
 }
