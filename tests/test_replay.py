@@ -237,3 +237,24 @@ def test_a_config_of_another_contract_or_an_inverse_day_is_refused(tmp_path):
     (folder / layout.MANIFEST).write_text(json.dumps(doc))
     with pytest.raises(DataError, match=r"horizon \* market.events_per_step = 40000 must be <"):
         ReplayMarket(dataclasses.replace(cfg, horizon=2000))
+
+
+@needs_c
+def test_the_c_step_follows_a_state_whose_arrays_were_replaced_and_alternating_states(tmp_path):
+    """The C pointers of a state are kept between calls while its arrays are the same objects: a replaced array, or
+    another state, gets its own (the C step then matches the Python step on every state)."""
+    _l2_day(tmp_path, seed=5)
+    cfg = replay_config(tmp_path, [], horizon=30, events_per_step=10)
+    c, py = ReplayMarket(cfg, use_c=True), ReplayMarket(cfg, use_c=False)
+    keys = [np.random.default_rng(s).integers(0, 2**63, 16).astype(np.uint64) for s in (1, 2)]
+    states = [(c.new_state(16), py.new_state(16)) for _ in keys]
+    for (sc, sp), k in zip(states, keys, strict=True):
+        c.reset_rows(sc, np.arange(16), k)
+        py.reset_rows(sp, np.arange(16), k)
+    rng = np.random.default_rng(7)
+    for t in range(25):
+        for sc, sp in states:  # two states through one market, in turn
+            if t == 10:
+                sc.cash = sc.cash.copy()  # a new array: the old pointer would write elsewhere
+            a = rng.integers(0, 7, 16)
+            _same("c", c.observe(sc), c.step(sc, a), py.observe(sp), py.step(sp, a))

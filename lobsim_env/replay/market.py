@@ -327,6 +327,7 @@ class ReplayMarket:
                     f"{what}; lower horizon, events_per_step or blocks, or leave that day out"
                 )
         self._plans: tuple | None = None  # hindsight_actions' plans
+        self._c_kept: tuple | None = None  # _c_state's pointers of the last state, with its arrays
         self._levels = np.array([d.manifest.levels for d in days], np.int64)
         if use_c and _C is None:
             raise ImportError("lobsim_env.replay._replay_fast is not built (pip install -e . with a C compiler)")
@@ -494,7 +495,12 @@ class ReplayMarket:
 
     def _c_state(self, state: ReplayState) -> _State:
         """The state's arrays as C pointers (each must be C-contiguous of its dtype: ReplayState.empty makes them so
-        and reset_rows / step write into them in place)."""
+        and reset_rows / step write into them in place). Kept for the state of the last call while each of its
+        arrays is the same object (checked every call: a replaced array gets new pointers, never stale ones)."""
+        arrays = tuple(getattr(state, name) for name, _ in _STATE_FIELDS)
+        kept = self._c_kept
+        if kept is not None and all(a is b for a, b in zip(kept[0], arrays, strict=True)):
+            return kept[1]
         ptrs = {}
         for name, ctype in _STATE_FIELDS:
             a = getattr(state, name)
@@ -502,7 +508,8 @@ class ReplayMarket:
             if a.dtype != want or not a.flags.c_contiguous:
                 raise TypeError(f"ReplayState.{name} must be a C-contiguous {np.dtype(want)} array, got {a.dtype}")
             ptrs[name] = _ptr(a, ctype)
-        return _State(**ptrs)
+        self._c_kept = (arrays, _State(**ptrs))
+        return self._c_kept[1]
 
     # ------------------------------------------------------------------ the reference: one book at a time
 
