@@ -61,9 +61,14 @@ from lobsim_env import ENV_ID, LobVectorEnv, MarketConfig, seeds
 from lobsim_env.baselines import NEEDS_LATENT_REGIME, POLICIES, REAL_DAY_POLICIES, Policy, run_episodes
 from lobsim_env.lobster.market import lobster_config
 from lobsim_env.seeds import HELDOUT_FOLD_STRIDE, RESUME_SEED_STRIDE, heldout_seed
+from lobsim_env.stats import paired
 from lobsim_env.validation import InputError
 
 DEFAULT_EPISODES = 64
+COMPARED_ON_REAL_DAYS = ("flat", "imbalance", "quoting")
+"""The simple rules the agent is set against on a real day, the best of them on the evaluation's own windows
+(chosen after the fact: the strongest comparator, which can only make the agent's case harder). Random is no rule,
+the hindsight bound no policy."""
 AGENT = "agent"
 HEADS = ("pi", "q")
 WEIGHTS = ("online", "target")
@@ -443,10 +448,12 @@ def evaluate_run(
     else:
         policies.update({n: p for n, p in POLICIES.items() if kind == SYNTHETIC or n not in NEEDS_LATENT_REGIME})
     results: dict[str, dict[str, Any]] = {}
+    pnl: dict[str, np.ndarray] = {}
     for name, policy in policies.items():
         start = time.perf_counter()
-        metrics = run_episodes(market, policy, episodes, eval_seed).metrics()
-        results[name] = metrics
+        played = run_episodes(market, policy, episodes, eval_seed)
+        metrics = played.metrics()
+        results[name], pnl[name] = metrics, played.pnl_usd
         if progress:
             progress(
                 f"{name:<10} {episodes} episodes x {market.horizon} steps  pnl ${metrics['pnl_usd_mean']:,.0f} "
@@ -454,6 +461,10 @@ def evaluate_run(
             )
     oracle = results.get("oracle", {}).get("pnl_usd_mean")
     trained = run.market
+    versus = None
+    if kind == REPLAY and episodes >= 2:  # a real day: the agent against its strongest simple rule, window by window
+        best = max(COMPARED_ON_REAL_DAYS, key=lambda n: results[n]["pnl_usd_mean"])
+        versus = {"baseline": best, **paired(pnl[AGENT], pnl[best], seed=eval_seed % 2**32).to_json()}
     result = {
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "run_dir": str(run_dir),
@@ -475,6 +486,7 @@ def evaluate_run(
         "code_sha": provenance.code_sha(),
         "policies": results,
         "oracle_fraction": results[AGENT]["pnl_usd_mean"] / oracle if oracle is not None and oracle > 0 else None,
+        **({"vs_best_baseline": versus} if versus is not None else {}),
     }
     result["caveat"] = caveat(result)
     if write:
@@ -553,6 +565,12 @@ def format_table(result: dict[str, Any]) -> str:
         )
     if result["oracle_fraction"] is not None:
         lines.append(f"oracle fraction (agent / oracle mean pnl): {result['oracle_fraction']:+.3f}")
+    if (v := result.get("vs_best_baseline")) is not None:
+        lo, hi = v["ci95_usd"]
+        lines.append(
+            f"agent - {v['baseline']} (the best simple rule here), window by window: {v['mean_usd']:+,.2f} USD, "
+            f"95 % interval [{lo:+,.2f}, {hi:+,.2f}], sign-flip p = {v['p_value']:.4f} ({v['windows']} windows)"
+        )
     lines.append("— : 0/0 (sharpe: the same pnl in every episode; fill_rate: no passive order posted)")
     return "\n".join(lines)
 

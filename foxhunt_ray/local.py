@@ -203,6 +203,12 @@ def evaluate_and_suggest(plan: driver.Plan, code: int, *, episodes: int) -> int:
             f"held_out={str(result['held_out']).lower()}",
             flush=True,
         )
+        v = result["vs_best_baseline"]  # the last line: the agent, the best simple rule, the interval of the gap
+        print(
+            f"heldout_pnl_usd={pnl['agent']:.2f} best_baseline_usd={pnl[v['baseline']]:.2f} "
+            f"ci95_low_usd={v['ci95_usd'][0]:.2f} ci95_high_usd={v['ci95_usd'][1]:.2f}",
+            flush=True,
+        )
         return code
     agent, oracle = pnl["agent"], pnl["oracle"]
     fraction = result["oracle_fraction"]

@@ -47,17 +47,24 @@ def test_a_run_on_real_days_trains_on_the_days_before_its_fold_and_evaluates_on_
     assert market["order_size"] == 2 and market["position_limit"] == 10
     assert config["run"]["learner"]["reward_scale"] == pytest.approx(2 / (1e-4 * 10))
     assert "market real days test/L2X/2024-08-08, test/L2X/2024-08-09 (fold 2: holds out test/L2X/2024-08-10)" in out
-    last = out.strip().splitlines()[-1]
-    m = re.fullmatch(
+    details, last = out.strip().splitlines()[-2:]
+    assert re.fullmatch(
         r"heldout_pnl_usd=(-?[\d.]+) flat_usd=0.00 imbalance_usd=(-?[\d.]+) quoting_usd=(-?[\d.]+) "
         r"hindsight_usd=(-?[\d.]+) held_out=true",
-        last,
-    )
-    assert m, last
+        details,
+    ), details
+    m = re.fullmatch(r"heldout_pnl_usd=(-?[\d.]+) best_baseline_usd=(-?[\d.]+) ci95_low_usd=(-?[\d.]+) "
+                     r"ci95_high_usd=(-?[\d.]+)", last)  # fmt: skip
+    assert m and float(m[3]) <= float(m[1]) - float(m[2]) <= float(m[4]), last
     record = json.loads(next((run_dir / "evaluations").glob("replay-fold2-*.json")).read_text())
     assert record["market"] == "replay" and record["replay"]["days"] == ["test/L2X/2024-08-10"]
     assert set(record["policies"]) == {"agent", "flat", "random", "imbalance", "quoting", "hindsight"}
     assert record["held_out"] is True and "no oracle" in record["caveat"]
+    versus = record["vs_best_baseline"]  # the best of flat, imbalance and quoting on these windows
+    best = max(("flat", "imbalance", "quoting"), key=lambda n: record["policies"][n]["pnl_usd_mean"])
+    assert versus["baseline"] == best and versus["windows"] == 4 and 0 < versus["p_value"] <= 1
+    gap = record["policies"]["agent"]["pnl_usd_mean"] - record["policies"][best]["pnl_usd_mean"]
+    assert versus["mean_usd"] == pytest.approx(gap) and versus["ci95_usd"][0] <= gap <= versus["ci95_usd"][1]
     assert not (run_dir / "evaluation.json").exists()  # that copy is the synthetic market's alone
     # fold 1 trains on the first date alone; a fold past the dates, --days without --data, and a resume that
     # tries to change the days are refused by name
