@@ -156,6 +156,13 @@ def parse_args(
         help="with --data: the days to draw from, comma-separated (venue/instrument/date, an instrument, a date)",
     )
     p.add_argument(
+        "--holdout",
+        default=None,
+        metavar="NAMES",
+        help="with --data: days never trained on, the test of a cross-instrument fold (e.g. GOOG, trained on AAPL "
+        "and AMZN)",
+    )
+    p.add_argument(
         "--blocks",
         type=int,
         default=None,
@@ -354,10 +361,10 @@ def resolve(args: argparse.Namespace) -> Plan:
     sets = [*from_file, *args.overrides]  # the file first: a --set wins
     data_fold = None
     if getattr(args, "data", None) is not None:
-        from_data, data_fold = data_sets(args.data, args.days, args.fold, args.blocks or 1)
+        from_data, data_fold = data_sets(args.data, args.days, args.fold, args.blocks or 1, args.holdout)
         sets = [*from_data, *sets]
-    elif getattr(args, "days", None) is not None or getattr(args, "blocks", None) is not None:
-        raise UsageError("--days and --blocks pick days of a cache: they go with --data DIR")
+    elif any(getattr(args, f, None) is not None for f in ("days", "blocks", "holdout")):
+        raise UsageError("--days, --blocks and --holdout pick days of a cache: they go with --data DIR")
     if args.env_id is not None:
         sets.append(f"env_id={json.dumps(args.env_id)}")
     if args.seed is not None:
@@ -521,22 +528,33 @@ def describe(plan: Plan) -> str:
     return f"{market}\n{settings}\n{sizing}\n{budget}"
 
 
-def data_sets(data: str, days: str | None, fold: int | None, blocks: int = 1) -> tuple[list[str], int]:
-    """--data DIR [--days NAMES] [--blocks N] [--fold K] -> the `market.*` settings of the replay market
-    (lobsim_env.replay.replay_config: the days, their contract, fees and order size) and the fold. The periods are
-    the cache's dates in order, or with --blocks N each date's N blocks of equal time in order: fold K trains on the
-    periods before the K-th and holds out the K-th (market.eval_days), by default the last; one period alone trains
-    on its days and holds none out (the evaluation says so)."""
+def data_sets(
+    data: str, days: str | None, fold: int | None, blocks: int = 1, holdout: str | None = None
+) -> tuple[list[str], int]:
+    """--data DIR [--days NAMES] [--blocks N] [--holdout NAMES] [--fold K] -> the `market.*` settings of the replay
+    market (lobsim_env.replay.replay_config: the days, their contract, fees and order size) and the fold. The periods
+    are the cache's dates in order, or with --blocks N each date's N blocks of equal time in order: fold K trains on
+    the periods before the K-th and holds out the K-th (market.eval_days), by default the last; one period alone
+    trains on its days and holds none out (the evaluation says so). With --holdout, a cross-instrument fold: the
+    days it names are never trained on, the others' periods before the K-th are, and the held-out days' K-th period
+    (with one period: the held-out days whole) is the test."""
     from lobsim_env.data.layout import DataError, select_days
     from lobsim_env.replay import replay_config
 
     if not isinstance(blocks, int) or not 1 <= blocks <= 10_000:
         raise UsageError(f"--blocks={blocks!r} must be an int in 1..10000")
     root = Path(data).expanduser().resolve()
-    names = [d.strip() for d in days.split(",") if d.strip()] if days else []
+
+    def split(text: str | None) -> list[str]:
+        return [d.strip() for d in text.split(",") if d.strip()] if text else []
+
     try:
-        picked = select_days(root, names)
-        periods = sorted({(m.date, k) for m in picked for k in range(blocks)})
+        picked = select_days(root, split(days))
+        apart = select_days(root, split(holdout)) if holdout else []
+        learn = [m for m in picked if m not in apart]
+        if not learn:
+            raise UsageError(f"--holdout={holdout} holds out every day picked: nothing is left to train on")
+        periods = sorted({(m.date, k) for m in picked + apart for k in range(blocks)})
         shown = [f"{d}#{k}" if blocks > 1 else d for d, k in periods]
 
         def named(m, k: int) -> str:
@@ -550,12 +568,15 @@ def data_sets(data: str, days: str | None, fold: int | None, blocks: int = 1) ->
                     f"the {len(periods)} of {root} ({', '.join(shown[:6])}{' ...' if len(shown) > 6 else ''}) and "
                     "evaluates on it"
                 )
-            train = [named(m, k) for m in picked for k in range(blocks) if (m.date, k) < periods[fold]]
-            held = [named(m, k) for m in picked for k in range(blocks) if (m.date, k) == periods[fold]]
+            train = [named(m, k) for m in learn for k in range(blocks) if (m.date, k) < periods[fold]]
+            tested = apart or picked
+            held = [named(m, k) for m in tested for k in range(blocks) if (m.date, k) == periods[fold]]
         else:
             if fold not in (None, 0):
                 raise UsageError(f"--fold={fold}: the days picked of {root} are one period ({shown[0]}): fold 0 only")
-            fold, train, held = 0, [m.key for m in picked], []
+            fold, train, held = 0, [m.key for m in learn], [m.key for m in apart]
+        if not train:
+            raise UsageError(f"--fold={fold}: no period of the training days comes before the held-out one")
         # the contract and the median price (the reward scale's) from the training days alone: the test day's
         # prices stay out of everything the run is built from
         market = replay_config(root, sorted({name.partition("#")[0] for name in train}), blocks=blocks)
@@ -627,6 +648,7 @@ RUN_CONFIG_FLAGS = (
     "data",
     "days",
     "blocks",
+    "holdout",
     "inject_nan_at",
     "baseline",
     "name",

@@ -15,6 +15,7 @@ import pytest
 from foxhunt_ray import driver, local
 from lobsim_env import LobVectorEnv
 from lobsim_env.baselines import QUOTING_GRID, Quoting, evaluate_policy, run_episodes, tune_quoting
+from lobsim_env.data import lobster as lobster_source
 from lobsim_env.data.__main__ import main as data_main
 from lobsim_env.data.layout import DataError
 from lobsim_env.lobster.samples import sample_zip
@@ -76,7 +77,7 @@ def test_a_run_on_real_days_trains_on_the_days_before_its_fold_and_evaluates_on_
     assert driver.main([*SMOKE, "--data", str(two_dates), "--fold", "3", "--out", str(tmp_path)]) == 1
     assert "--fold=3 must be in 1..2" in capsys.readouterr().err
     assert driver.main([*SMOKE, "--days", "L2X", "--out", str(tmp_path)]) == 1
-    assert "--days and --blocks pick days of a cache: they go with --data DIR" in capsys.readouterr().err
+    assert "--days, --blocks and --holdout pick days of a cache: they go with --data DIR" in capsys.readouterr().err
     assert driver.main(["--resume", str(run_dir), "--days", "L2X"]) == 1
     assert "drop ['--days']" in capsys.readouterr().err
     assert driver.main([*SMOKE, "--data", str(tmp_path / "nothing"), "--out", str(tmp_path)]) == 1
@@ -134,6 +135,26 @@ def test_the_quoting_rule_rests_on_both_sides_skews_its_inventory_and_is_tuned_o
     assert result["fill_rate"] > 0.2 and result["passive_filled_mean"] > 0
     best, scores = tune_quoting(validation, 8, 3)
     assert set(scores) == {repr(q) for q in QUOTING_GRID} and scores[repr(best)] == max(scores.values())
+
+
+@pytest.mark.skipif(not sample_zip("AMZN", 5).exists(), reason="no LOBSTER samples")
+def test_a_cross_instrument_fold_never_trains_on_the_held_out_ticker(tmp_path):
+    """--holdout GOOG with --days AAPL,AMZN: GOOG is the test, never a training day; with --blocks 13 --fold 12 the
+    others' first twelve half hours train and GOOG's last half hour tests."""
+    lobster_source.ingest([sample_zip("AAPL", 1), sample_zip("AMZN", 5), sample_zip("GOOG", 10)], tmp_path)
+
+    def market(*args) -> dict:
+        sets, fold = driver.data_sets(str(tmp_path), *args)
+        return {k.removeprefix("market."): json.loads(v) for k, v in (s.split("=", 1) for s in sets)} | {"fold": fold}
+
+    whole = market("AAPL,AMZN", None, 1, "GOOG")
+    assert whole["days"] == ["nasdaq/AAPL/2012-06-21", "nasdaq/AMZN/2012-06-21"] and whole["fold"] == 0
+    assert whole["eval_days"] == ["nasdaq/GOOG/2012-06-21"]
+    halves = market("AAPL,AMZN", 12, 13, "GOOG")
+    assert halves["eval_days"] == ["nasdaq/GOOG/2012-06-21#12"] and len(halves["days"]) == 24
+    assert not [d for d in halves["days"] if "GOOG" in d or d.endswith("#12")]
+    with pytest.raises(driver.UsageError, match="holds out every day picked"):
+        market("GOOG", None, 1, "GOOG")
 
 
 @pytest.mark.skipif(not sample_zip("AMZN", 5).exists(), reason="no LOBSTER samples")
