@@ -1,11 +1,15 @@
-"""lobsim_env: two limit-order-book markets behind one interface, as Gymnasium envs.
+"""lobsim_env: limit-order-book markets (synthetic, and real days replayed) behind one interface, as Gymnasium envs.
 
 - `market`: what every market is to the envs: the action set, the observation layout, `Market` (the protocol);
 - `synthetic/`: the synthetic market (batched books, a seeded order flow with a planted signal);
-- `lobster/`: the LOBSTER market (a real day's files loaded, its book rebuilt, the agent against its replay);
+- `lobster/`: the LOBSTER files (load, validate, rebuild the book) and `LobsterMarket`, the replay's book-by-book
+  reference;
+- `data/`: real market data in (LOBSTER, Binance, Tardis, Databento) as a cache of memory-mapped days
+  (`python -m lobsim_env.data`); `replay/`: the market over a cache's days, stepped in C;
 - `markets.make_market`: the one place a `MarketConfig` (`config`) picks one of them;
 - `env`: `LobEnv` and the natively batched `LobVectorEnv`, built on any `Market`;
-- `baselines` (reference policies and the one evaluation loop), `folds` (walk-forward days).
+- `baselines` (reference policies and the one evaluation loop), `stats` (paired intervals and tests), `folds`
+  (walk-forward days).
 
 `import lobsim_env` registers `foxhunt/LOB-v0` with an `entry_point` (LobEnv) and a `vector_entry_point`
 (LobVectorEnv). Semantics: docs/market.md (docs/lobster.md for LOBSTER's files).
