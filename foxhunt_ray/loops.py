@@ -15,10 +15,13 @@ rollout actor to the learner actor by reference, never through the driver.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import signal
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from actors.episode_stats import EPISODE_RETURN_MEAN, PNL_CUM_USD
@@ -332,6 +335,31 @@ def run_ray(plan: Plan, monitor: MonitorHandle, progress: Progress, hook: Hook |
             ray.kill(handle)
 
 
+@contextlib.contextmanager
+def interrupts_after() -> Iterator[None]:
+    """A Ctrl-C or SIGTERM that comes inside the block is handled when the block ends, by the handler it would have
+    met (the driver's turns SIGTERM into KeyboardInterrupt): the learner call and the monitor call that records its
+    answer are sent both or neither. (An interrupt between the two would leave the monitor a gap of steps, so that
+    the stop's drain is refused and no final checkpoint kept.) Outside the main thread, where handlers cannot be
+    set, the block runs as it is."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+
+    def later(signum, frame) -> None:
+        caught.append(signum)
+
+    previous = {sig: signal.signal(sig, later) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        for sig in dict.fromkeys(caught):
+            signal.raise_signal(sig)
+
+
 def _catch_up(monitor: MonitorHandle) -> None:
     """After a call failed: the driver's last record becomes the monitor actor's. The actor may have written lines
     of an answer the driver never got (a full disk at the checkpoint after them), and the error message names the
@@ -457,7 +485,8 @@ class _Drive:
                 cap = drv.max_payloads_per_call or len(ready)
                 take, ready = ready[:cap], ready[cap:]  # the oldest first; the rest go in the next call
                 progress = drv.progress(dispatched(), self.start)
-                answer = monitor.record_update(learner.update_from.remote(take, drv.steps, progress))
+                with interrupts_after():  # the learner's call and the monitor's both sent, or neither
+                    answer = monitor.record_update(learner.update_from.remote(take, drv.steps, progress))
                 calls.append((answer, len(take)))
                 self.call_sent[answer] = time.monotonic()
                 self.seconds["dispatch_s"] += time.monotonic() - t0

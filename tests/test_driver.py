@@ -611,3 +611,30 @@ def test_the_learning_rate_decays_over_the_run(tmp_path):
     assert drv.progress(20, started) == pytest.approx(0.2, abs=0.01)  # the steps' share, the time's ~0
     assert drv.progress(20, started - 5.0) == pytest.approx(0.5, abs=0.01)  # the time's share, larger
     assert drv.progress(500, started) == 1.0 and driver.DriverConfig(steps=10).progress(5, started - 1e6) == 0.5
+
+
+def test_an_interrupt_inside_a_learner_and_monitor_pair_is_handled_after_both_are_sent():
+    """foxhunt_ray.loops.interrupts_after: a SIGTERM (or Ctrl-C) that arrives between sending the learner's call and
+    the monitor's is held until both are sent, then meets the handler it would have (the driver's:
+    KeyboardInterrupt)."""
+    import os
+    import signal
+
+    from foxhunt_ray.driver import _sigterm_as_interrupt
+    from foxhunt_ray.loops import interrupts_after
+
+    previous = _sigterm_as_interrupt()
+    sent = []
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with interrupts_after():
+                sent.append("learner")
+                os.kill(os.getpid(), signal.SIGTERM)  # delivered here, between the two sends
+                time.sleep(0.05)
+                sent.append("monitor")
+        assert sent == ["learner", "monitor"]
+        with pytest.raises(KeyboardInterrupt):  # outside the block the driver's handler acts at once again
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.05)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
