@@ -75,7 +75,7 @@ def latest_checkpoint(run_dir: str | Path) -> tuple[int, Path] | None:
 
 def write_checkpoint(run_dir: str | Path, checkpoint: Checkpoint, *, keep: int = KEEP_CHECKPOINTS) -> Path:
     """Writes run_dir/checkpoints/ckpt_<step>.pt whole or not at all (a temporary file, fsync, rename; a failed
-    write removes the temporary file) and removes all but the newest `keep`; returns its path."""
+    write removes the temporary file) and removes all but the newest `keep` (0: none removed); returns its path."""
     path = checkpoint_path(run_dir, checkpoint.step)
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(path, checkpoint.data, sync=True)

@@ -240,6 +240,10 @@ def parse_args(
         "--checkpoint-interval-s", type=float, default=None, metavar="S", help="...and seconds at least (60; 0: none)"
     )
     p.add_argument(
+        "--keep-checkpoints", type=int, default=None, metavar="N",
+        help="checkpoints the run folder keeps, the newest (2; 0: all, for a pick on a validation day)",
+    )  # fmt: skip
+    p.add_argument(
         "--max-payloads-waiting", type=int, default=None, help="rollout payloads waiting for the learner, at most "
         f"(default {d.max_payloads_waiting or DriverConfig.max_payloads_waiting})"
     )
@@ -518,7 +522,9 @@ def describe(plan: Plan) -> str:
     m = c.market
     if not is_market(c.env_id) or m.source != "replay":
         return f"{settings}\n{sizing}\n{budget}"
-    held = f"holds out {', '.join(m.eval_days)}" if m.eval_days else "holds out no day (one date)"
+    held = f"tests on {', '.join(m.eval_days)}" if m.eval_days else "holds out no day (one date)"
+    if m.val_days:
+        held += f", validates on {', '.join(m.val_days)}"
     market = (
         f"market real days {', '.join(m.days)} (fold {d.fold}: {held}), {m.data}: tick {m.tick_size:g} = "
         f"${m.usd_per_tick:g} a lot, orders of {m.order_size} lots, position limit {m.position_limit}, fees maker "
@@ -532,12 +538,15 @@ def data_sets(
     data: str, days: str | None, fold: int | None, blocks: int = 1, holdout: str | None = None
 ) -> tuple[list[str], int]:
     """--data DIR [--days NAMES] [--blocks N] [--holdout NAMES] [--fold K] -> the `market.*` settings of the replay
-    market (lobsim_env.replay.replay_config: the days, their contract, fees and order size) and the fold. The periods
-    are the cache's dates in order, or with --blocks N each date's N blocks of equal time in order: fold K trains on
-    the periods before the K-th and holds out the K-th (market.eval_days), by default the last; one period alone
-    trains on its days and holds none out (the evaluation says so). With --holdout, a cross-instrument fold: the
-    days it names are never trained on, the others' periods before the K-th are, and the held-out days' K-th period
-    (with one period: the held-out days whole) is the test."""
+    market (lobsim_env.replay.replay_config: the days, their contract, fees and order size) and the fold, by the
+    walk-forward protocol (foxhunt_ray.walkforward, docs/evaluation.md). The periods are the cache's dates in order,
+    or with --blocks N each date's N blocks of equal time in order. Fold K (by default the last period) is tested on
+    the K-th period (market.eval_days), validated on the one before it (market.val_days: the checkpoint is picked
+    and the quoting rule tuned there) and trained on the periods before that; fold 1 has no validation period
+    (trained on period 0). One period alone trains on its days and holds none out (the evaluation says so). With
+    --holdout, a cross-instrument fold: the days it names are never trained on, the others' periods before the
+    validation one are, and the held-out days' (K-1)-th and K-th periods validate and test (with one period: the
+    held-out days whole are the test)."""
     from lobsim_env.data.layout import DataError, select_days
     from lobsim_env.replay import replay_config
 
@@ -564,21 +573,26 @@ def data_sets(
             fold = len(periods) - 1 if fold is None else fold
             if not 1 <= fold < len(periods):
                 raise UsageError(
-                    f"--fold={fold} must be in 1..{len(periods) - 1}: fold K trains on the periods before the K-th of "
-                    f"the {len(periods)} of {root} ({', '.join(shown[:6])}{' ...' if len(shown) > 6 else ''}) and "
-                    "evaluates on it"
+                    f"--fold={fold} must be in 1..{len(periods) - 1}: fold K trains on the periods before the "
+                    f"(K-1)-th of the {len(periods)} of {root} ({', '.join(shown[:6])}"
+                    f"{' ...' if len(shown) > 6 else ''}), validates on the (K-1)-th and tests on the K-th"
                 )
-            train = [named(m, k) for m in learn for k in range(blocks) if (m.date, k) < periods[fold]]
+            first_held = periods[fold - 1] if fold >= 2 else periods[fold]
+            train = [named(m, k) for m in learn for k in range(blocks) if (m.date, k) < first_held]
             tested = apart or picked
-            held = [named(m, k) for m in tested for k in range(blocks) if (m.date, k) == periods[fold]]
+
+            def at(period: tuple[str, int]) -> list[str]:
+                return [named(m, k) for m in tested for k in range(blocks) if (m.date, k) == period]
+
+            held, val = at(periods[fold]), at(periods[fold - 1]) if fold >= 2 else []
         else:
             if fold not in (None, 0):
                 raise UsageError(f"--fold={fold}: the days picked of {root} are one period ({shown[0]}): fold 0 only")
-            fold, train, held = 0, [m.key for m in learn], [m.key for m in apart]
+            fold, train, held, val = 0, [m.key for m in learn], [m.key for m in apart], []
         if not train:
-            raise UsageError(f"--fold={fold}: no period of the training days comes before the held-out one")
-        # the contract and the median price (the reward scale's) from the training days alone: the test day's
-        # prices stay out of everything the run is built from
+            raise UsageError(f"--fold={fold}: no period of the training days comes before the validation and test ones")
+        # the contract and the median price (the reward scale's) from the training days alone: the validation and
+        # test days' prices stay out of everything the run is built from
         market = replay_config(root, sorted({name.partition("#")[0] for name in train}), blocks=blocks)
     except DataError as err:
         raise UsageError(f"--data={data}: {err}") from None
@@ -586,7 +600,8 @@ def data_sets(
     fields += ("taker_fee_bps", "order_size", "position_limit", "size_scale", "events_per_step", "horizon")
     fields += ("queue_model", "reference_price_ticks", "blocks")
     sets = [f"market.{f}={json.dumps(getattr(market, f))}" for f in fields]
-    return [*sets, f"market.days={json.dumps(train)}", f"market.eval_days={json.dumps(held)}"], fold
+    days_set = [f"market.days={json.dumps(train)}", f"market.eval_days={json.dumps(held)}"]
+    return [*sets, *days_set, f"market.val_days={json.dumps(val)}"], fold
 
 
 def _probe(config: RunConfig, errs: list[str]) -> EnvSpaces | None:
@@ -610,6 +625,7 @@ def _driver_flags(args: argparse.Namespace) -> dict:
         "broadcast_every",
         "checkpoint_every",
         "checkpoint_interval_s",
+        "keep_checkpoints",
         "max_payloads_waiting",
         "max_payloads_per_call",
         "max_payloads_ahead",
@@ -666,6 +682,7 @@ def _resolve_resume(args: argparse.Namespace, sha: str) -> Plan:
         raise UsageError(
             f"--resume continues {run_dir} with its own config.json; drop {['--' + f.replace('_', '-') for f in fixed]}"
             " (only --steps, --rollout-workers, --broadcast-every, --checkpoint-every, --checkpoint-interval-s,"
+            " --keep-checkpoints,"
             " --max-payloads-waiting, --max-payloads-per-call, --max-payloads-ahead, --time-limit-s,"
             " --sample-timeout-s, --learner-timeout-s, --learner-resources, "
             "--serial may change)"
@@ -992,7 +1009,10 @@ def _open_run(plan: Plan, stamp: dict) -> Monitor:
 
     # the folder as this process sees it: an actor's working directory need not be the driver's
     args = (plan.run_dir.absolute(), *args[1:])
-    return MonitorHandle(*args, stamp=stamp, resume_at=plan.monitor_resume_at, storage=plan.driver.storage)
+    d = plan.driver
+    return MonitorHandle(
+        *args, stamp=stamp, resume_at=plan.monitor_resume_at, storage=d.storage, keep=d.keep_checkpoints
+    )
 
 
 def _span(plan: Plan) -> str:

@@ -58,7 +58,7 @@ from learner.network import (
     policy_from_weights,
 )
 from lobsim_env import ENV_ID, LobVectorEnv, MarketConfig, seeds
-from lobsim_env.baselines import NEEDS_LATENT_REGIME, POLICIES, REAL_DAY_POLICIES, Policy, run_episodes
+from lobsim_env.baselines import NEEDS_LATENT_REGIME, POLICIES, REAL_DAY_POLICIES, Policy, run_episodes, tune_quoting
 from lobsim_env.lobster.market import lobster_config
 from lobsim_env.seeds import HELDOUT_FOLD_STRIDE, RESUME_SEED_STRIDE, heldout_seed
 from lobsim_env.stats import paired
@@ -319,7 +319,8 @@ def evaluation_market(run: RunConfig, lobster_path: str | Path | None, horizon: 
     trained = run.market
     if lobster_path is None and trained.source == "replay":
         days = trained.eval_days or trained.days
-        market = dataclasses.replace(trained, days=days, horizon=trained.horizon if horizon is None else horizon)
+        h = trained.horizon if horizon is None else horizon
+        market = dataclasses.replace(trained, days=days, eval_days=(), val_days=(), horizon=h)
         return market, REPLAY
     if lobster_path is None:
         if trained.source != "synthetic":
@@ -343,7 +344,7 @@ def evaluation_market(run: RunConfig, lobster_path: str | Path | None, horizon: 
     return market, LOBSTER
 
 
-def _spaces(market: MarketConfig) -> tuple[int, int, dict[str, Any] | None]:
+def market_spaces(market: MarketConfig) -> tuple[int, int, dict[str, Any] | None]:
     """(obs_dim, n_actions, the replayed day: file, path, symbol, date, levels, messages; None on synthetic)."""
     try:
         env = LobVectorEnv(1, market)
@@ -421,7 +422,7 @@ def evaluate_run(
     fold = driver.fold if fold is None else fold
     eval_seed = heldout_seed(fold) if seed is None else seed
     market, kind = evaluation_market(run, lobster_path, horizon)
-    obs_dim, n_actions, replayed = _spaces(market)
+    obs_dim, n_actions, replayed = market_spaces(market)
     agent, step = load_agent(ckpt, run, obs_dim=obs_dim, n_actions=n_actions, head=head, weights=weights)
     held_out = True
     if kind == SYNTHETIC:
@@ -445,6 +446,9 @@ def evaluate_run(
     policies: dict[str, Policy] = {AGENT: agent}
     if kind == REPLAY:
         policies.update(REAL_DAY_POLICIES)
+        if run.market.val_days:  # the quoting rule's parameters from the fold's validation period, as walk-forward's
+            validation = dataclasses.replace(market, days=run.market.val_days)
+            policies["quoting"] = tune_quoting(validation, episodes, seeds.validation_seed(fold))[0]
     else:
         policies.update({n: p for n, p in POLICIES.items() if kind == SYNTHETIC or n not in NEEDS_LATENT_REGIME})
     results: dict[str, dict[str, Any]] = {}
@@ -474,6 +478,7 @@ def evaluate_run(
         "fold": fold,
         **({LOBSTER: replayed} if replayed is not None else {}),
         **({REPLAY: {"data": market.data, "days": list(market.days)}} if kind == REPLAY else {}),
+        **({"quoting_rule": repr(policies["quoting"])} if kind == REPLAY else {}),
         "trained_on": _trained_on(trained),
         "held_out": held_out,
         "episodes": episodes,

@@ -117,6 +117,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: --eval-episodes={mine.eval_episodes} must be >= 1", file=sys.stderr)
         return 1
     after = None if mine.no_eval else functools.partial(evaluate_and_suggest, episodes=mine.eval_episodes)
+    if "--data" in rest and not any(a.startswith("--keep-checkpoints") for a in rest):
+        rest = [*rest, "--keep-checkpoints", "0"]  # every checkpoint: the fold's validation period picks one
     prog = "python -m foxhunt_ray.local"
     import torch
 
@@ -187,6 +189,9 @@ def evaluate_and_suggest(plan: driver.Plan, code: int, *, episodes: int) -> int:
         )
         print(suggestions)
         return code
+    market = plan.config.market
+    if market.source == "replay" and market.eval_days:
+        return _score_fold(plan, code, episodes, suggestions)
     print(f"held-out evaluation of the newest checkpoint ({episodes} episodes a policy) ...", flush=True)
     try:
         result = evaluate_run(run, episodes=episodes)
@@ -220,6 +225,40 @@ def evaluate_and_suggest(plan: driver.Plan, code: int, *, episodes: int) -> int:
     return code
 
 
+def _score_fold(plan: driver.Plan, code: int, episodes: int, suggestions: str) -> int:
+    """A run on real days with a test period: its fold scored by the walk-forward protocol (the checkpoint and the
+    quoting rule picked on the validation period, the test played once: foxhunt_ray.walkforward), the table, the
+    record RUN_DIR/walkforward.json, the next commands and the last two lines."""
+    from foxhunt_ray.evaluate import EvaluationError
+    from foxhunt_ray.evaluations import write_json
+    from foxhunt_ray.walkforward import score_fold, table
+
+    m = plan.config.market
+    picked = f"picked on {', '.join(m.val_days)}" if m.val_days else "the newest (fold 1: no validation period)"
+    print(f"walk-forward scoring of fold {plan.driver.fold} ({episodes} windows; the checkpoint {picked}) ...")
+    try:
+        record = score_fold([plan.run_dir], episodes=max(2, episodes))
+    except EvaluationError as err:
+        print(f"no held-out evaluation: {err}", file=sys.stderr)
+        return code
+    write_json(plan.run_dir / "walkforward.json", {"kind": record["kind"], "folds": [record]})
+    print(table([record], record["kind"]))
+    print(suggestions)
+    pnl = {name: r["pnl_usd_mean"] for name, r in record["policies"].items()}
+    print(
+        f"heldout_pnl_usd={pnl['agent']:.2f} flat_usd={pnl['flat']:.2f} imbalance_usd={pnl['imbalance']:.2f} "
+        f"quoting_usd={pnl['quoting']:.2f} hindsight_usd={pnl['hindsight']:.2f} held_out=true",
+        flush=True,
+    )
+    v = record["versus"][record["best_baseline"]]  # the last line: the agent, the best rule, the gap's interval
+    print(
+        f"heldout_pnl_usd={pnl['agent']:.2f} best_baseline_usd={pnl[record['best_baseline']]:.2f} "
+        f"ci95_low_usd={v['ci95_usd'][0]:.2f} ci95_high_usd={v['ci95_usd'][1]:.2f}",
+        flush=True,
+    )
+    return code
+
+
 def demo(argv: list[str]) -> int:
     """The baselines table of the synthetic market, or (--data DIR) of real days: flat, random, imbalance, quoting
     and the hindsight bound (a real day has no oracle)."""
@@ -245,7 +284,9 @@ def demo(argv: list[str]) -> int:
     market = config.market
     policies = POLICIES
     if market.source == "replay":
-        market = dataclasses.replace(market, days=market.days + market.eval_days, eval_days=())
+        market = dataclasses.replace(
+            market, days=market.days + market.val_days + market.eval_days, eval_days=(), val_days=()
+        )
         policies = REAL_DAY_POLICIES
         print(
             f"real days {', '.join(market.days)}: tick {market.tick_size:g} = ${market.usd_per_tick:g} a lot, "

@@ -205,7 +205,7 @@ def _run_serial(plan: Plan, monitor: Monitor, progress: Progress, hook: Hook | N
     storage = RunStorage.of_run(drv.storage, plan.run_dir) if drv.storage else None
 
     def keep(checkpoints) -> None:
-        keep_checkpoints(plan.run_dir, checkpoints, storage)
+        keep_checkpoints(plan.run_dir, checkpoints, storage, keep=drv.keep_checkpoints)
 
     rollout = cfg.rollout  # its torch_threads is this process's already (run_serial)
     weights = learner.policy_weights()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 
-from actors.checkpoints import Checkpoint
+from actors.checkpoints import KEEP_CHECKPOINTS, Checkpoint
 from actors.monitor import Monitor
 from foxhunt_ray.storage import RunStorage, keep_checkpoints
 
@@ -18,10 +18,12 @@ from foxhunt_ray.storage import RunStorage, keep_checkpoints
 class RayMonitor(Monitor):
     """Monitor inside its own actor, on the driver's node: also the writer of the learner's checkpoints there."""
 
-    def __init__(self, *args, storage: str = "", **kwargs):
-        """storage: the run's storage root ('' for none): the run folder is copied there after each checkpoint."""
+    def __init__(self, *args, storage: str = "", keep: int = KEEP_CHECKPOINTS, **kwargs):
+        """storage: the run's storage root ('' for none): the run folder is copied there after each checkpoint.
+        keep: the checkpoints the run folder keeps, the newest (0: all; DriverConfig.keep_checkpoints)."""
         super().__init__(*args, **kwargs)
         self.storage = RunStorage.of_run(storage, self.run_dir) if storage else None
+        self.keep = keep
         self._seconds = {"record_s": 0.0, "checkpoint_write_s": 0.0, "checkpoint_bytes": 0.0, "checkpoints": 0.0}
 
     def record_update(self, answer: dict) -> dict:
@@ -56,7 +58,7 @@ class RayMonitor(Monitor):
         if not checkpoints:
             return []
         t0 = time.perf_counter()
-        written = keep_checkpoints(self.run_dir, checkpoints, self.storage)
+        written = keep_checkpoints(self.run_dir, checkpoints, self.storage, keep=self.keep)
         sec = self._seconds
         sec["checkpoint_write_s"] += time.perf_counter() - t0
         sec["checkpoint_bytes"] += sum(len(c.data) for c in checkpoints)

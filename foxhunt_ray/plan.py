@@ -44,6 +44,9 @@ class DriverConfig:
     checkpoint_interval_s: float = 60.0
     """...but no sooner than this many seconds after its previous checkpoint (0: every M updates). A checkpoint
     holds the replay (tens of MB) and waits for the GPU: a GPU learner makes hundreds of updates a second."""
+    keep_checkpoints: Annotated[int, Int(ge=0)] = 2
+    """Checkpoints the run folder keeps, the newest (0: every one, what the walk-forward protocol picks a fold's
+    checkpoint among on its validation day: foxhunt_ray.walkforward). At least two for a resume (actors.checkpoints)."""
     max_payloads_waiting: Annotated[int, Int(ge=1)] = 4
     """Ray mode: rollout payloads sampled but not yet trained on, at most; a worker whose next sample would
     exceed it waits for the learner. Bounds the policy lag (docs/system.md, "Policy lag")."""
@@ -84,6 +87,10 @@ class DriverConfig:
             errs.append(
                 f"driver.learner_resources={res!r} must be a JSON object of custom resource names and amounts > 0, "
                 'e.g. {"learner_node": 1} (the CPU and GPU the learner takes are chosen by the driver)'
+            )
+        if self.keep_checkpoints == 1:
+            errs.append(
+                "driver.keep_checkpoints=1 must be 0 (all) or >= 2: a resume may need the one before the newest"
             )
         for name in ("time_limit_s", "checkpoint_interval_s", "sample_timeout_s", "learner_timeout_s"):
             t = getattr(self, name)

@@ -41,7 +41,7 @@ import tempfile
 import time
 from pathlib import Path, PurePosixPath
 
-from actors.checkpoints import CHECKPOINT_DIR, Checkpoint, write_checkpoint
+from actors.checkpoints import CHECKPOINT_DIR, KEEP_CHECKPOINTS, Checkpoint, write_checkpoint
 from actors.files import TMP_SUFFIX, write_atomic
 from actors.monitor import DIAG_FILE
 from foxhunt_ray.run_folder import CONFIG_FILE, LOCK_FILE
@@ -445,13 +445,16 @@ class RunStorage:
         return got
 
 
-def keep_checkpoints(run_dir: str | Path, checkpoints: list[Checkpoint], storage: RunStorage | None) -> list[Path]:
-    """Writes the learner's checkpoints into the run folder (write_checkpoint: whole, the newest two kept) and, with
+def keep_checkpoints(
+    run_dir: str | Path, checkpoints: list[Checkpoint], storage: RunStorage | None, *, keep: int = KEEP_CHECKPOINTS
+) -> list[Path]:
+    """Writes the learner's checkpoints into the run folder (write_checkpoint: whole, the newest `keep` kept, 0: all;
+    DriverConfig.keep_checkpoints) and, with
     storage, copies the folder there. A failed copy is told on stderr and the run goes on (the next checkpoint
     copies again, the run's end too); a claim on the storage folder that another driver holds is an error told
     once, and this run copies there no more (its end's copy is refused the same way: exit 1); a failed write
     raises (a full disk ends the run: docs/faults.md)."""
-    written = [write_checkpoint(run_dir, c) for c in checkpoints]
+    written = [write_checkpoint(run_dir, c, keep=keep) for c in checkpoints]
     if written and storage is not None and storage.lost is None:
         try:
             storage.sync(run_dir)

@@ -177,12 +177,19 @@ class EpisodeResults:
     passive_posted: np.ndarray
     """Contracts of the resting orders the agent newly placed."""
     fees_usd: np.ndarray
+    """Fees net of rebates, taker and maker."""
+    taker_fees_usd: np.ndarray
+    """The market orders' share of fees_usd (per contract plus bps of the cash they moved); the rest,
+    fees_usd - taker_fees_usd, is the resting orders' (negative where rebates exceed fees)."""
+    inventory: np.ndarray
+    """Mean over the window's steps of |position| in contracts, after each step."""
 
     def metrics(self) -> dict[str, Any]:
         """The summary over episodes (docs/evaluation.md defines each); None where it is 0/0."""
         n = self.pnl_usd.shape[0]
         mean, std = float(self.pnl_usd.mean()), float(self.pnl_usd.std())
         posted = int(self.passive_posted.sum())
+        traded = float((self.taker_contracts + self.passive_filled).sum())
         out = {
             "pnl_usd_mean": mean,
             "pnl_usd_std": std,
@@ -196,7 +203,11 @@ class EpisodeResults:
             "passive_filled_mean": float(self.passive_filled.mean()),
             "passive_posted_mean": float(self.passive_posted.mean()),
             "fees_usd_mean": float(self.fees_usd.mean()),
+            "taker_fees_usd_mean": float(self.taker_fees_usd.mean()),
+            "maker_fees_usd_mean": float((self.fees_usd - self.taker_fees_usd).mean()),
             "fill_rate": int(self.passive_filled.sum()) / posted if posted else None,
+            "usd_per_contract": float(self.pnl_usd.sum()) / traded if traded else None,
+            "inventory_mean": float(self.inventory.mean()),
         }
         if std == 0:
             out["sharpe_note"] = "null: the PnL is the same in every episode (std 0)"
@@ -236,6 +247,8 @@ def run_episodes(
     z = np.zeros(episodes, np.int64)
     fills, taker, passive, posted = z.copy(), z.copy(), z.copy(), z.copy()
     fees, peak, drawdown = np.zeros(episodes), np.zeros(episodes), np.zeros(episodes)
+    taker_fees, inventory = np.zeros(episodes), np.zeros(episodes)
+    taker_rate = config.taker_fee_bps * 1e-4
     equity = np.zeros(episodes)
     for _ in range(config.horizon):
         last.report = None
@@ -249,6 +262,8 @@ def run_episodes(
         passive += np.abs(step_fills - report.taker)
         posted += report.posted
         fees += info["fees_usd"]
+        taker_fees += np.abs(report.taker) * config.taker_fee_usd + np.abs(report.taker_cash_usd) * taker_rate
+        inventory += np.abs(info["position"])
         equity = info["equity_usd"]
         np.maximum(peak, equity, out=peak)
         np.maximum(drawdown, peak - equity, out=drawdown)
@@ -264,6 +279,8 @@ def run_episodes(
         passive_filled=passive,
         passive_posted=posted,
         fees_usd=fees,
+        taker_fees_usd=taker_fees,
+        inventory=inventory / config.horizon,
     )
 
 

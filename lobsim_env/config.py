@@ -91,6 +91,9 @@ class MarketConfig:
     the reward scale (foxhunt_ray.config.market_reward_scale); 0 where fees are per contract only."""
     eval_days: tuple[str, ...] = ()
     """The days evaluation plays (the fold's held-out day, never in `days`); () for none held out."""
+    val_days: tuple[str, ...] = ()
+    """The fold's validation days (the period before its test, never in `days` or `eval_days`): the walk-forward
+    protocol picks the run's checkpoint and tunes the quoting rule there (foxhunt_ray.walkforward); () for none."""
     queue_model: Annotated[str, OneOf(("risk_averse", "prob"))] = "risk_averse"
     """Where an L2 day's depth updates leave the agent's queue place (docs/data.md, "Queue models"): 'risk_averse'
     (a cancel is behind it) or 'prob' (behind it with probability f(back) / (f(back) + f(front)), f = x ** queue_power).
@@ -139,10 +142,18 @@ class MarketConfig:
             errs.append(f"{p}lobster_path={self.lobster_path!r} must name a LOBSTER zip when source='lobster'")
         if self.source == "replay" and not self.data:
             errs.append(f"{p}data={self.data!r} must name a day cache when source='replay' (--data DIR)")
-        for name in ("days", "eval_days"):
+        named = ("days", "eval_days", "val_days")
+        for name in named:
             v = getattr(self, name)
             if not isinstance(v, tuple) or not all(isinstance(d, str) and d for d in v):
                 errs.append(f"{p}{name}={v!r} must be a list of day names (venue/instrument/date, or a part)")
+        if not bad.keys() & set(named) and all(isinstance(getattr(self, n), tuple) for n in named):
+            for a, b in (("days", "eval_days"), ("days", "val_days"), ("val_days", "eval_days")):
+                if shared := sorted(set(getattr(self, a)) & set(getattr(self, b))):
+                    errs.append(
+                        f"{p}{a} and {p}{b} share {shared}: a fold's training, validation and test days are apart "
+                        "(--data with --fold builds them)"
+                    )
         if not bad.keys() & {"latency_events", "events_per_step"} and self.latency_events > self.events_per_step:
             errs.append(f"{p}latency_events={self.latency_events} must be <= events_per_step={self.events_per_step}")
         if not bad.keys() & {"order_size", "position_limit"} and self.order_size > self.position_limit:

@@ -22,6 +22,14 @@ HELDOUT_SEED_BASE = 2**40
 resumed runs (seed + step * RESUME_SEED_STRIDE); 10**9 would be reached by a run resumed at update 1,000."""
 HELDOUT_FOLD_STRIDE = 2**20
 """Seeds per fold's held-out day: an evaluation of at most this many episodes never touches the next fold's."""
+VALIDATION_SEED_OFFSET = 1_000_003
+"""A real-day fold's validation windows are seeded heldout_seed(fold) + this (`validation_seed`): another period,
+other windows, still below the next fold's range for up to 48,000 windows."""
+
+
+def validation_seed(fold: int) -> int:
+    """Seed of window 0 of fold `fold`'s validation period (the walk-forward protocol on real days)."""
+    return heldout_seed(fold) + VALIDATION_SEED_OFFSET
 
 
 def book_seed(seed: int, worker_index: int, num_envs: int) -> int:

@@ -6,6 +6,11 @@ are paired window by window: the difference d_i = agent_i - baseline_i takes out
 - `paired(agent, baseline)`: the mean of d, its 95 % percentile bootstrap interval (resampling windows, a seeded
   generator, 10,000 resamples) and the two-sided p-value of a sign-flip test of mean(d) = 0 (each d_i's sign
   flipped at random: the exact null for paired differences symmetric about 0), with 10,000 flips.
+- `paired_seeds(agent[S, P, W], baseline[P, W])`: the same for a walk-forward fold (foxhunt_ray.walkforward): S seeds
+  (runs) of the agent, P test periods (days, or blocks of one), W windows a period, the baseline's windows the
+  same. The figure is the mean over periods of each period's mean over seeds and windows (PnL aggregated per day);
+  its interval resamples both the seeds and each period's windows (a two-level bootstrap: the seed-to-seed spread
+  is in it, not only the windows' luck); its sign-flip test flips the seed-mean differences of the windows.
 - `holm(p_values)`: Holm's step-down adjustment over several folds (a family-wise 5 % where each p is one fold's).
 The windows of one held-out day are not independent days: an interval over them is that day's, not one over days
 (the walk-forward protocol aggregates per day where there are several).
@@ -46,6 +51,37 @@ def paired(agent: np.ndarray, baseline: np.ndarray, *, seed: int = 0, resamples:
     null = np.abs((flips * d).mean(axis=1))
     p = (1 + int((null >= abs(d.mean()) - 1e-12).sum())) / (resamples + 1)
     return Paired(mean=float(d.mean()), ci95=(float(lo), float(hi)), p_value=p, windows=int(d.size))
+
+
+def paired_seeds(
+    agent: np.ndarray, baseline: np.ndarray, *, seed: int = 0, resamples: int = RESAMPLES, chunk: int = 500
+) -> Paired:
+    """The agent's S runs against a baseline on the same P x W windows (see the module's docstring); `windows` of
+    the result is P * W."""
+    a, b = np.asarray(agent, np.float64), np.asarray(baseline, np.float64)
+    if a.ndim != 3 or b.shape != a.shape[1:] or a.shape[0] < 1 or a.shape[2] < 2:
+        raise ValueError(
+            f"paired_seeds: agent [seeds, periods, windows] and baseline [periods, windows] with windows >= 2, got "
+            f"{a.shape} and {b.shape}"
+        )
+    S, P, W = a.shape
+    d = a.mean(axis=0) - b  # [P, W]: each window's seed-mean difference
+    rng = np.random.default_rng(seed)
+    means = np.empty(resamples)
+    for lo in range(0, resamples, chunk):
+        n = min(chunk, resamples - lo)
+        weights = np.zeros((n, S))  # seeds drawn with replacement: each seed's share of the draw
+        np.add.at(weights, (np.arange(n)[:, None], rng.integers(0, S, (n, S))), 1.0 / S)
+        seed_mean = np.einsum("rs,spw->rpw", weights, a)  # [n, P, W]
+        w = rng.integers(0, W, (n, P, W))  # each period's windows drawn with replacement
+        gap = np.take_along_axis(seed_mean, w, axis=2) - np.take_along_axis(np.broadcast_to(b, (n, P, W)), w, axis=2)
+        means[lo : lo + n] = gap.mean(axis=(1, 2))
+    lo95, hi95 = np.quantile(means, [0.025, 0.975])
+    flips = rng.choice((-1.0, 1.0), (resamples, P * W))
+    flat = d.reshape(-1)
+    null = np.abs((flips * flat).mean(axis=1))
+    p = (1 + int((null >= abs(flat.mean()) - 1e-12).sum())) / (resamples + 1)
+    return Paired(mean=float(d.mean()), ci95=(float(lo95), float(hi95)), p_value=p, windows=P * W)
 
 
 def holm(p_values: list[float]) -> list[float]:

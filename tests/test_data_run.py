@@ -1,6 +1,6 @@
 """Real days from the command line (docs/data.md): `--data DIR [--days] [--fold]` trains on a cache's days with the
-contract, fees and reward scale of its manifests, names them in the header and config.json, and evaluates on the
-fold's held-out day beside flat, random, imbalance and the hindsight bound; `--demo --data` prints those
+contract, fees and reward scale of its manifests, names them in the header and config.json, and scores its fold by
+the walk-forward protocol beside flat, imbalance, quoting and the hindsight bound; `--demo --data` prints those
 yardsticks; `python -m lobsim_env.data ingest | check | ls` on LOBSTER samples."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from foxhunt_ray import driver, local
+from foxhunt_ray.evaluate import evaluate_run
 from lobsim_env import LobVectorEnv
 from lobsim_env.baselines import QUOTING_GRID, Quoting, evaluate_policy, run_episodes, tune_quoting
 from lobsim_env.data import lobster as lobster_source
@@ -33,7 +34,7 @@ def two_dates(tmp_path_factory):
     return root
 
 
-def test_a_run_on_real_days_trains_on_the_days_before_its_fold_and_evaluates_on_the_fold(two_dates, tmp_path, capsys):
+def test_a_run_on_real_days_trains_before_its_validation_day_and_evaluates_on_the_fold(two_dates, tmp_path, capsys):
     flags = [*SMOKE, "--data", str(two_dates), "--out", str(tmp_path), "--set", "market.horizon=40"]
     code = local.main([*flags, "--steps", "12", "--eval-episodes", "4", "--settings", "learn"])
     assert code == 0
@@ -42,12 +43,15 @@ def test_a_run_on_real_days_trains_on_the_days_before_its_fold_and_evaluates_on_
     config = json.loads((run_dir / "config.json").read_text())
     market = config["run"]["market"]
     assert market["source"] == "replay" and market["data"] == str(two_dates.resolve())
-    assert market["days"] == ["test/L2X/2024-08-08", "test/L2X/2024-08-09"]
+    assert market["days"] == ["test/L2X/2024-08-08"] and market["val_days"] == ["test/L2X/2024-08-09"]
     assert market["eval_days"] == ["test/L2X/2024-08-10"] and config["driver"]["fold"] == 2
     assert market["usd_per_tick"] == pytest.approx(1e-4) and market["taker_fee_bps"] == 5.0
     assert market["order_size"] == 2 and market["position_limit"] == 10
     assert config["run"]["learner"]["reward_scale"] == pytest.approx(2 / (1e-4 * 10))
-    assert "market real days test/L2X/2024-08-08, test/L2X/2024-08-09 (fold 2: holds out test/L2X/2024-08-10)" in out
+    assert (
+        "market real days test/L2X/2024-08-08 (fold 2: tests on test/L2X/2024-08-10, validates on test/L2X/2024-08-09)"
+        in out
+    )
     details, last = out.strip().splitlines()[-2:]
     assert re.fullmatch(
         r"heldout_pnl_usd=(-?[\d.]+) flat_usd=0.00 imbalance_usd=(-?[\d.]+) quoting_usd=(-?[\d.]+) "
@@ -57,22 +61,34 @@ def test_a_run_on_real_days_trains_on_the_days_before_its_fold_and_evaluates_on_
     m = re.fullmatch(r"heldout_pnl_usd=(-?[\d.]+) best_baseline_usd=(-?[\d.]+) ci95_low_usd=(-?[\d.]+) "
                      r"ci95_high_usd=(-?[\d.]+)", last)  # fmt: skip
     assert m and float(m[3]) <= float(m[1]) - float(m[2]) <= float(m[4]), last
-    record = json.loads(next((run_dir / "evaluations").glob("replay-fold2-*.json")).read_text())
-    assert record["market"] == "replay" and record["replay"]["days"] == ["test/L2X/2024-08-10"]
-    assert set(record["policies"]) == {"agent", "flat", "random", "imbalance", "quoting", "hindsight"}
-    assert record["held_out"] is True and "no oracle" in record["caveat"]
-    versus = record["vs_best_baseline"]  # the best of flat, imbalance and quoting on these windows
+    # the main job scores its fold as the walk-forward protocol does: the checkpoint and the quoting rule picked on
+    # the validation day (every checkpoint kept for it), the table, the record
+    assert "walk-forward scoring of fold 2 (4 windows; the checkpoint picked on test/L2X/2024-08-09)" in out
+    assert "Walk-forward, folds of days" in out and "| 2 | test/L2X/2024-08-10 | 1 |" in out
+    assert config["driver"]["keep_checkpoints"] == 0
+    doc = json.loads((run_dir / "walkforward.json").read_text())
+    record = doc["folds"][0]
+    assert doc["kind"] == "days" and record["test_days"] == ["test/L2X/2024-08-10"] and record["episodes"] == 4
+    assert set(record["policies"]) == {"agent", "flat", "imbalance", "quoting", "hindsight"}
     best = max(("flat", "imbalance", "quoting"), key=lambda n: record["policies"][n]["pnl_usd_mean"])
-    assert versus["baseline"] == best and versus["windows"] == 4 and 0 < versus["p_value"] <= 1
-    gap = record["policies"]["agent"]["pnl_usd_mean"] - record["policies"][best]["pnl_usd_mean"]
-    assert versus["mean_usd"] == pytest.approx(gap) and versus["ci95_usd"][0] <= gap <= versus["ci95_usd"][1]
+    assert record["best_baseline"] == best and float(m[2]) == pytest.approx(
+        record["policies"][best]["pnl_usd_mean"], abs=0.01
+    )
+    assert [float(m[3]), float(m[4])] == pytest.approx(record["versus"][best]["ci95_usd"], abs=0.01)
+    # `evaluate` on the run plays the same test windows with the rule tuned on the same validation windows
+    evaluated = evaluate_run(run_dir, checkpoint=record["checkpoints"][0]["step"], episodes=4, write=False)
+    assert evaluated["market"] == "replay" and evaluated["replay"]["days"] == ["test/L2X/2024-08-10"]
+    assert evaluated["quoting_rule"] == record["quoting"]["chosen"] and evaluated["held_out"] is True
+    for name in ("agent", "quoting", "hindsight"):
+        assert evaluated["policies"][name]["pnl_usd_mean"] == pytest.approx(record["policies"][name]["pnl_usd_mean"])
     assert not (run_dir / "evaluation.json").exists()  # that copy is the synthetic market's alone
-    # fold 1 trains on the first date alone; a fold past the dates, --days without --data, and a resume that
-    # tries to change the days are refused by name
+    # fold 1 trains on the first date alone and has no validation day; a fold past the dates, --days without
+    # --data, and a resume that tries to change the days are refused by name
     fold1 = [*SMOKE, "--data", str(two_dates), "--fold", "1", "--steps", "3", "--set", "market.horizon=40"]
     assert driver.main([*fold1, "--out", str(tmp_path)]) == 0
     one = json.loads(next(tmp_path.glob("*/*/1/config.json")).read_text())["run"]["market"]
     assert one["days"] == ["test/L2X/2024-08-08"] and one["eval_days"] == ["test/L2X/2024-08-09"]
+    assert one["val_days"] == []
     capsys.readouterr()
     assert driver.main([*SMOKE, "--data", str(two_dates), "--fold", "3", "--out", str(tmp_path)]) == 1
     assert "--fold=3 must be in 1..2" in capsys.readouterr().err
@@ -91,7 +107,7 @@ def test_blocks_of_a_day_are_periods_of_their_own_for_the_folds_and_the_windows(
     assert driver.main([*flags, "--steps", "3", "--set", "market.horizon=20"]) == 0
     market = json.loads(next(tmp_path.glob("*/*/2/config.json")).read_text())["run"]["market"]
     assert market["blocks"] == 3 and market["eval_days"] == ["test/L2X/2024-08-09#2"]
-    assert market["days"] == ["test/L2X/2024-08-09#0", "test/L2X/2024-08-09#1"]
+    assert market["days"] == ["test/L2X/2024-08-09#0"] and market["val_days"] == ["test/L2X/2024-08-09#1"]
     cfg = replay_config(two_dates, ["2024-08-09"], horizon=20, blocks=3)
     m = ReplayMarket(cfg)
     ts = m.days[0].events["ts"]
@@ -140,7 +156,7 @@ def test_the_quoting_rule_rests_on_both_sides_skews_its_inventory_and_is_tuned_o
 @pytest.mark.skipif(not sample_zip("AMZN", 5).exists(), reason="no LOBSTER samples")
 def test_a_cross_instrument_fold_never_trains_on_the_held_out_ticker(tmp_path):
     """--holdout GOOG with --days AAPL,AMZN: GOOG is the test, never a training day; with --blocks 13 --fold 12 the
-    others' first twelve half hours train and GOOG's last half hour tests."""
+    others' first eleven half hours train, GOOG's twelfth validates and its last tests."""
     lobster_source.ingest([sample_zip("AAPL", 1), sample_zip("AMZN", 5), sample_zip("GOOG", 10)], tmp_path)
 
     def market(*args) -> dict:
@@ -151,8 +167,9 @@ def test_a_cross_instrument_fold_never_trains_on_the_held_out_ticker(tmp_path):
     assert whole["days"] == ["nasdaq/AAPL/2012-06-21", "nasdaq/AMZN/2012-06-21"] and whole["fold"] == 0
     assert whole["eval_days"] == ["nasdaq/GOOG/2012-06-21"]
     halves = market("AAPL,AMZN", 12, 13, "GOOG")
-    assert halves["eval_days"] == ["nasdaq/GOOG/2012-06-21#12"] and len(halves["days"]) == 24
-    assert not [d for d in halves["days"] if "GOOG" in d or d.endswith("#12")]
+    assert halves["eval_days"] == ["nasdaq/GOOG/2012-06-21#12"] and len(halves["days"]) == 22
+    assert halves["val_days"] == ["nasdaq/GOOG/2012-06-21#11"] and whole["val_days"] == []
+    assert not [d for d in halves["days"] if "GOOG" in d or d.endswith(("#11", "#12"))]
     with pytest.raises(driver.UsageError, match="holds out every day picked"):
         market("GOOG", None, 1, "GOOG")
 

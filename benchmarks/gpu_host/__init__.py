@@ -24,8 +24,11 @@ Steps (run in the order given, each a named folder of logs and JSON under the ou
 - learn: the main job as a user runs it, one run a seed (`python -m foxhunt_ray.local --time-limit-s 150
   --eval-episodes 256`). BENCHMARKS.md, "Learning on the synthetic market".
 - learn_real: the main job on a real day, one run a seed: the AMZN sample (ingested as for system_real) in 13
-  half-hour blocks, trained on 09:30-15:30 and evaluated on 15:30-16:00 (`foxhunt_ray.local --data CACHE --days
-  AMZN --blocks 13 --set market.horizon=200 --time-limit-s 150 --eval-episodes 256`).
+  half-hour blocks, trained on 09:30-15:00, validated on 15:00-15:30 and evaluated on 15:30-16:00
+  (`foxhunt_ray.local --data CACHE --days AMZN --blocks 13 --set market.horizon=200 --time-limit-s 150
+  --eval-episodes 256`).
+- walkforward: the walk-forward protocol on those half hours, folds 4, 8 and 12, a run a seed of each sharing the
+  GPU five at once (`benchmarks/bench_walkforward.py --days AMZN --blocks 13 --parallel 5 --gpus 1`).
 - rllib: RLlib's PPO on the same host, one run a seed (`benchmarks/bench_rllib.py --sizing gpu_host`).
   BENCHMARKS.md, "RLlib's PPO on the same machine".
 - census: the captured update's launches, counted on the CPU (`gpu_check.py census`): runs anywhere.

@@ -34,6 +34,8 @@ class Plan:
     seeds: tuple[int, ...] = (0, 1)
     system_seconds: float = 40.0
     learn_seconds: float = 150.0
+    walk_seconds: float = 90.0
+    """Training seconds of each walk-forward run (15 runs, five at once, inside one remote call)."""
     python: str = "python3"
 
 
@@ -161,6 +163,14 @@ def _learn_collect(dir: Path, tmp: Path, output: str) -> dict:
     return figures
 
 
+def _walkforward_collect(dir: Path, tmp: Path, output: str) -> dict:
+    """bench_walkforward's table, plot and records (without the runs) into the job's folder; its last line."""
+    for name in ("walkforward.json", "walkforward.md", "walkforward.png"):
+        if (tmp / "walkforward" / name).is_file():
+            shutil.copy(tmp / "walkforward" / name, dir / name)
+    return last_kv_line(output)
+
+
 def _kv_collect(dir: Path, tmp: Path, output: str) -> dict:
     return last_kv_line(output)
 
@@ -277,8 +287,9 @@ def _system_real(plan: Plan) -> list[Job]:
 
 
 def _learn_real(plan: Plan) -> list[Job]:
-    """The main job on a real day, one run a seed: the AMZN sample in 13 half-hour blocks, trained on 09:30-15:30,
-    evaluated on 15:30-16:00 (its held-out fold) beside flat, random, imbalance, quoting and the hindsight bound."""
+    """The main job on a real day, one run a seed: the AMZN sample in 13 half-hour blocks, trained on 09:30-15:00,
+    validated on 15:00-15:30 and tested on 15:30-16:00 (its fold, 12) beside flat, random, imbalance, quoting and the
+    hindsight bound."""
     prepare = [dataclasses.replace(j, argv=(plan.python, *j.argv[1:])) for j in _real_days("learn_real")]
     return prepare + [Job(
         step="learn_real", label=f"seed{s}",
@@ -287,6 +298,22 @@ def _learn_real(plan: Plan) -> list[Job]:
               "--seed", str(s), "--out", "{tmp}/runs"),
         timeout_s=plan.learn_seconds + 150, expect_s=plan.learn_seconds + 28, collect=_learn_collect,
     ) for s in plan.seeds]
+
+
+def _walkforward(plan: Plan) -> list[Job]:
+    """The walk-forward protocol on the AMZN sample's 13 half hours (benchmarks/bench_walkforward.py): folds 4, 8 and
+    12, a run a seed of each (serial roles, the runs sharing the GPU, five at once), walk_seconds of training."""
+    prepare = [dataclasses.replace(j, argv=(plan.python, *j.argv[1:])) for j in _real_days("walkforward")]
+    rounds = -(-3 * len(plan.seeds) // 5)
+    return [*prepare, Job(
+        step="walkforward", label="amzn_blocks",
+        argv=(plan.python, "benchmarks/bench_walkforward.py", "--data", REAL_CACHE, "--days", "AMZN", "--blocks", "13",
+              "--folds", "4,8,12", "--seeds", str(len(plan.seeds)), "--train-s", f"{plan.walk_seconds:g}",
+              "--parallel", "5", "--gpus", "1", "--episodes", "256", "--set", "market.horizon=200",
+              "--out", "{tmp}/walkforward"),
+        timeout_s=rounds * (plan.walk_seconds + 90) + 120, expect_s=rounds * (plan.walk_seconds + 45) + 60,
+        collect=_walkforward_collect,
+    )]  # fmt: skip
 
 
 def _learn(plan: Plan) -> list[Job]:
@@ -320,6 +347,7 @@ STEPS: dict[str, Callable[[Plan], list[Job]]] = {
     "system_real": _system_real,
     "learn": _learn,
     "learn_real": _learn_real,
+    "walkforward": _walkforward,
     "rllib": _rllib,
     "census": _census,
 }

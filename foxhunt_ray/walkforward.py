@@ -1,0 +1,209 @@
+"""The walk-forward protocol: how runs on real days are scored (docs/evaluation.md, "Walk-forward").
+
+A fold (the driver's --data, --days, --blocks, --holdout, --fold: `driver.data_sets`) has three sets of periods
+(days, or blocks of a day): it trains on the periods before its validation one (market.days), picks its checkpoint
+and tunes the quoting rule on the validation period (market.val_days), and is scored once on the test period
+(market.eval_days). No test window reaches training, the checkpoint's choice or a baseline's parameters.
+
+`score_fold(run_dirs)` scores one fold's runs (one a seed; the same fold and data):
+1. each run's checkpoint: every one it kept (`--keep-checkpoints 0`) plays the validation windows greedily; the
+   best mean PnL wins (a tie: the newer). A fold with no validation period (fold 1) takes the newest, and says so;
+2. the quoting rule's parameters: `lobsim_env.baselines.tune_quoting` on the same validation windows;
+3. the test: every test period alone, `episodes` windows of it at random starts (seeded by the fold, the same
+   windows for every run and baseline), the agent of each run, flat, imbalance, the tuned quoting rule, and the
+   hindsight bound (the ceiling);
+4. the figures: each policy's metrics over all its test windows (`EpisodeResults.metrics`: USD, per contract,
+   fees and rebates apart, fill rate, turnover, inventory, drawdown), the mean of each period (PnL per day), and
+   the agent against each of flat, imbalance and quoting (`lobsim_env.stats.paired_seeds`: the seeds and windows
+   resampled); `best_baseline` is the one of those three with the highest test mean, the strictest comparator
+   (picked after the fact, which only makes the agent's case harder).
+
+`holm_across(folds)` adds each fold's Holm-adjusted p-values (over the folds, one family a baseline); `table`
+prints folds as rows. benchmarks/bench_walkforward.py trains every fold and seed and calls these.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from actors.checkpoints import list_checkpoints
+from foxhunt_ray import provenance
+from foxhunt_ray.evaluate import AGENT, COMPARED_ON_REAL_DAYS, EvaluationError, load_agent, load_run, market_spaces
+from lobsim_env import MarketConfig
+from lobsim_env.baselines import EpisodeResults, Quoting, flat, hindsight, imbalance, run_episodes, tune_quoting
+from lobsim_env.seeds import heldout_seed, validation_seed
+from lobsim_env.stats import holm, paired_seeds
+
+BASELINES = ("flat", "imbalance", "quoting", "hindsight")
+
+
+def fold_kind(market: MarketConfig) -> str:
+    """What a fold's periods are: 'cross-instrument' (no instrument it tests on is one it trained on: --holdout),
+    'blocks of a day' (market.blocks > 1) or 'days' (the cache's dates); a cross-instrument fold of blocks is both."""
+
+    def instruments(names: Sequence[str]) -> set[str]:  # venue/instrument/date[#k] -> venue/instrument
+        return {name.partition("#")[0].rsplit("/", 1)[0] for name in names}
+
+    blocks = "blocks of a day" if market.blocks > 1 else "days"
+    if not instruments(market.eval_days) & instruments(market.days):
+        return "cross-instrument" + (f" ({blocks})" if market.blocks > 1 else "")
+    return blocks
+
+
+def _period(base: MarketConfig, days: Sequence[str]) -> MarketConfig:
+    return dataclasses.replace(base, days=tuple(days), eval_days=(), val_days=())
+
+
+def _concat(results: list[EpisodeResults]) -> EpisodeResults:
+    """Several sets of windows as one (their metrics over all of them)."""
+    fields = {f.name for f in dataclasses.fields(EpisodeResults)} - {"seed", "steps"}
+    joined = {f: np.concatenate([getattr(r, f) for r in results]) for f in fields}
+    return EpisodeResults(seed=results[0].seed, steps=results[0].steps, **joined)
+
+
+def _same_fold(runs: list[tuple[Path, Any, Any]]) -> None:
+    first_dir, first, first_drv = runs[0]
+    for run_dir, run, drv in runs[1:]:
+        a, b = first.market, run.market
+        if (a.data, a.days, a.val_days, a.eval_days, a.horizon, drv.fold) != (
+            b.data, b.days, b.val_days, b.eval_days, b.horizon, first_drv.fold
+        ):  # fmt: skip
+            raise EvaluationError(
+                f"{run_dir} is not a run of {first_dir}'s fold (its data, days, validation or test days, horizon or "
+                "fold differ): score_fold takes the seeds of one fold"
+            )
+
+
+def score_fold(
+    run_dirs: Sequence[str | Path],
+    *,
+    episodes: int = 64,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Scores one fold's runs (one a seed) by the protocol (module docstring); returns its record (JSON-ready)."""
+    if not run_dirs:
+        raise EvaluationError("score_fold: no run folder given")
+    if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 2:
+        raise EvaluationError(f"episodes={episodes!r} must be an int >= 2 (windows a test period)")
+    say = progress or (lambda line: None)
+    runs = []
+    for d in run_dirs:
+        run, drv, _ = load_run(d)
+        if run.market.source != "replay" or not run.market.eval_days:
+            raise EvaluationError(
+                f"{d} trained on market.source={run.market.source!r} with eval_days={list(run.market.eval_days)}: "
+                "the walk-forward protocol scores runs on real days with a test period (--data with two periods or "
+                "more, or --holdout)"
+            )
+        runs.append((Path(d), run, drv))
+    _same_fold(runs)
+    base, fold = runs[0][1].market, runs[0][2].fold
+    test_seed = heldout_seed(fold)
+    val_seed = validation_seed(fold)
+    validation = _period(base, base.val_days) if base.val_days else None
+    tests = [_period(base, (name,)) for name in base.eval_days]
+    obs_dim, n_actions, _ = market_spaces(tests[0])
+
+    chosen, agents = [], []
+    for run_dir, run, _ in runs:
+        kept = list_checkpoints(run_dir)
+        if not kept:
+            raise EvaluationError(f"{run_dir / 'checkpoints'} holds no checkpoint: the run never reached its first one")
+        scores: dict[int, float] = {}
+        if validation is None:
+            step, path = kept[-1]
+            how = "newest (no validation period: fold 1)"
+        else:
+            for step, path in kept:
+                agent, _ = load_agent(path, run, obs_dim=obs_dim, n_actions=n_actions)
+                scores[step] = float(run_episodes(validation, agent, episodes, val_seed).pnl_usd.mean())
+            step = max(scores, key=lambda s: (scores[s], s))
+            path = dict(kept)[step]
+            how = "best mean PnL on the validation windows"
+        agent, _ = load_agent(path, run, obs_dim=obs_dim, n_actions=n_actions)
+        agents.append(agent)
+        chosen.append({"run_dir": str(run_dir), "seed": run.seed, "step": step, "how": how, "validation_usd": scores})
+        say(f"{run_dir}: checkpoint {step} ({how}{f': {scores[step]:+.2f} USD' if scores else ''})")
+
+    if validation is not None:
+        quoting, quoting_scores = tune_quoting(validation, episodes, val_seed)
+    else:
+        quoting, quoting_scores = Quoting(), {}
+    policies = {"flat": flat, "imbalance": imbalance, "quoting": quoting, "hindsight": hindsight}
+    played: dict[str, list[list[EpisodeResults]]] = {AGENT: [[] for _ in agents]} | {n: [[]] for n in policies}
+    for market in tests:
+        for i, agent in enumerate(agents):
+            played[AGENT][i].append(run_episodes(market, agent, episodes, test_seed))
+        for name, policy in policies.items():
+            played[name][0].append(run_episodes(market, policy, episodes, test_seed))
+    pnl = {n: np.array([[r.pnl_usd for r in per_run] for per_run in runs_]) for n, runs_ in played.items()}
+    # pnl[name]: [runs, periods, windows]; the baselines' one "run"
+    results = {n: _concat([r for per_run in runs_ for r in per_run]).metrics() for n, runs_ in played.items()}
+    for name, metrics in results.items():
+        metrics["per_period_usd"] = pnl[name].mean(axis=(0, 2)).tolist()
+    results[AGENT]["per_seed_usd"] = pnl[AGENT].mean(axis=(1, 2)).tolist()
+    versus = {b: paired_seeds(pnl[AGENT], pnl[b][0], seed=test_seed % 2**32).to_json() for b in COMPARED_ON_REAL_DAYS}
+    best = max(COMPARED_ON_REAL_DAYS, key=lambda n: results[n]["pnl_usd_mean"])
+    say(f"fold {fold}: agent {results[AGENT]['pnl_usd_mean']:+.2f} USD, best rule {best} "
+        f"{results[best]['pnl_usd_mean']:+.2f}, gap interval {versus[best]['ci95_usd']}")  # fmt: skip
+    return {
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "code_sha": provenance.code_sha(),
+        "fold": fold,
+        "kind": fold_kind(base),
+        "data": base.data,
+        "blocks": base.blocks,
+        "train_days": list(base.days),
+        "val_days": list(base.val_days),
+        "test_days": list(base.eval_days),
+        "horizon": base.horizon,
+        "episodes": episodes,
+        "test_seed": test_seed,
+        "val_seed": val_seed if validation is not None else None,
+        "seeds": [run.seed for _, run, _ in runs],
+        "checkpoints": chosen,
+        "quoting": {"chosen": repr(quoting), "validation_usd": {k: float(v) for k, v in quoting_scores.items()}},
+        "policies": results,
+        "versus": versus,
+        "best_baseline": best,
+        "beats_best_baseline": versus[best]["ci95_usd"][0] > 0,
+    }
+
+
+def holm_across(folds: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each fold's `versus[b]["p_holm"]`: its p-value Holm-adjusted over the folds (one family a baseline)."""
+    for b in COMPARED_ON_REAL_DAYS:
+        for fold, p in zip(folds, holm([f["versus"][b]["p_value"] for f in folds]), strict=True):
+            fold["versus"][b]["p_holm"] = p
+    return folds
+
+
+def table(folds: list[dict[str, Any]], kind: str) -> str:
+    """The folds as a Markdown table: each policy's mean test PnL (USD), the gap to the best rule with its
+    interval, Holm's p where holm_across ran."""
+    rows = [
+        f"Walk-forward, folds of {kind}; test PnL in USD per window (mean over seeds, periods and windows)",
+        "",
+        "| fold | test | seeds | agent | flat | imbalance | quoting | hindsight | best rule | agent - best [95 % CI] | "
+        "p (Holm) | $/contract agent | fill rate agent | inventory agent |",
+        "|" + "---|" * 14,
+    ]
+    for f in folds:
+        p, best = f["policies"], f["best_baseline"]
+        v = f["versus"][best]
+        holm_p = f"{v['p_value']:.3f} ({v['p_holm']:.3f})" if "p_holm" in v else f"{v['p_value']:.3f}"
+        per_contract, fill = p[AGENT]["usd_per_contract"], p[AGENT]["fill_rate"]
+        rows.append(
+            f"| {f['fold']} | {', '.join(f['test_days'])} | {len(f['seeds'])} | "
+            + " | ".join(f"{p[n]['pnl_usd_mean']:+.2f}" for n in (AGENT, *BASELINES))
+            + f" | {best} | {v['mean_usd']:+.2f} [{v['ci95_usd'][0]:+.2f}, {v['ci95_usd'][1]:+.2f}] | {holm_p} | "
+            + f"{'-' if per_contract is None else f'{per_contract:+.4f}'} | {'-' if fill is None else f'{fill:.2f}'} | "
+            + f"{p[AGENT]['inventory_mean']:.1f} |"
+        )
+    return "\n".join(rows)
