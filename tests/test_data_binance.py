@@ -138,8 +138,11 @@ def test_real_ingest_twice_writes_nothing(real):
 T0 = 1723161300000  # 2024-08-08 23:55:00 UTC, ms
 
 
-def depth(recv: int, e: int, first: int, last: int, prev: int | None, bids=(), asks=(), sym="btcusdt") -> str:
-    data = {"e": "depthUpdate", "E": T0 + e, "T": T0 + e, "s": sym.upper(), "U": first, "u": last}
+def depth(
+    recv: int, e: int, first: int, last: int, prev: int | None, bids=(), asks=(), sym="btcusdt", t: int | None = None
+) -> str:
+    """A depth update sent at E = T0 + e; futures (`prev`, its pu, given) carry T = T0 + t (t: e unless given)."""
+    data = {"e": "depthUpdate", "E": T0 + e, "T": T0 + (e if t is None else t), "s": sym.upper(), "U": first, "u": last}
     if prev is None:  # spot: no T, no pu
         del data["T"]
     else:
@@ -273,6 +276,111 @@ def test_handmade_next_day_continues(tmp_path):
     assert binance.check(d2).ok
 
 
+# --- venue times: depth at T (futures) or E (spot), a trade first on a tie -----------------------------------
+
+
+def day_events(src: Path, out: Path) -> tuple[layout.Manifest, np.ndarray]:
+    ((m, _),) = binance.ingest([src], out)
+    day = layout.open_day(layout.day_dir(out, m))
+    assert binance.check(day).ok
+    return m, np.asarray(day.events)
+
+
+def kinds_at(ev: np.ndarray) -> list[tuple[int, int, int]]:
+    """Events as (kind, price, ms after T0)."""
+    ms = (ev["ts"] // 1_000_000 - T0).tolist()
+    return list(zip(ev["kind"].tolist(), ev["price"].tolist(), ms, strict=True))
+
+
+def test_futures_depth_update_is_at_its_transaction_time(tmp_path):
+    """A USD-M update that took the ask at T0+4 and was sent at E = T0+10: its levels are at T0+4, so the trade of
+    T0+7 on the new ask follows it (at E it would come before the book it traded on)."""
+    src = write(
+        tmp_path / "usdm_btcusdt_20240808.gz",
+        [
+            snapshot(1, 100, [("100.0", "1.000")], [("100.1", "1.000")]),
+            trade(2, 7, 2, "100.2", "0.500", False),  # received before the depth update that shows its book
+            depth(3, 10, 99, 101, 98, asks=[("100.1", "0.000"), ("100.2", "1.000")], t=4),
+        ],
+    )
+    m, ev = day_events(src, tmp_path / "cache")
+    assert kinds_at(ev)[2:] == [(LEVEL, 1001, 4), (LEVEL, 1002, 4), (TRADE, 1002, 7)]
+    assert m.ingest == binance.INGEST_VERSION
+    assert any(n.startswith("Timestamps: a depth update's levels at its transaction time T") for n in m.notes)
+
+
+def test_spot_depth_update_is_at_its_event_time(tmp_path):
+    """Spot depth updates carry no T: at E = T0+10, after a trade of T0+7 (the day opens at the first update's E,
+    the REST snapshot of spot having no time)."""
+    src = write(
+        tmp_path / "spot_btcusdt_20240808.gz",
+        [
+            snapshot(1, 100, [("100.00", "1.00000")], [("100.01", "1.00000")], e=None),
+            depth(2, 2, 101, 101, None, bids=[("99.99", "1.00000")]),
+            depth(3, 10, 102, 103, None, asks=[("100.01", "0.00000"), ("100.02", "1.00000")]),
+            trade(4, 7, 1, "100.01", "1.00000", False),
+        ],
+    )
+    m, ev = day_events(src, tmp_path / "cache")
+    assert kinds_at(ev)[3:] == [(TRADE, 10001, 7), (LEVEL, 10001, 10), (LEVEL, 10002, 10)]
+    assert any(n.startswith("Timestamps: a depth update's levels at its event time E (spot") for n in m.notes)
+
+
+@pytest.mark.parametrize("market", ["usdm", "spot"])
+@pytest.mark.parametrize("trade_line_first", [True, False])
+def test_a_trade_comes_before_a_depth_update_of_its_ms(tmp_path, market, trade_line_first):
+    """The tie rule: a trade and a depth update of one ms (futures: the update's T, its E 3 ms later; spot: its E)
+    are the trade, then the update, whichever line came first."""
+    spot = market == "spot"
+    bid, ask, next_ask = ("100.00", "100.01", "100.02") if spot else ("100.0", "100.1", "100.2")
+    qty = "1.00000" if spot else "1.000"
+    if spot:
+        update = depth(3, 5, 101, 102, None, asks=[(ask, "0"), (next_ask, qty)])
+    else:
+        update = depth(3, 8, 99, 101, 98, asks=[(ask, "0"), (next_ask, qty)], t=5)
+    lines = [update, trade(3, 5, 1, ask, qty, False)]
+    if trade_line_first:
+        lines.reverse()
+    opening = snapshot(1, 100, [(bid, qty)], [(ask, qty)], e=None if spot else 0)
+    _, ev = day_events(write(tmp_path / f"{market}_btcusdt_20240808.gz", [opening, *lines]), tmp_path / "cache")
+    tick = 10001 if spot else 1001
+    assert kinds_at(ev)[2:] == [(TRADE, tick, 5), (LEVEL, tick, 5), (LEVEL, tick + 1, 5)]
+
+
+def test_refuses_futures_depth_updates_with_and_without_t(tmp_path):
+    no_t = json.loads(depth(3, 2, 102, 102, 101).split(" ", 1)[1])
+    del no_t["data"]["T"]
+    lines = [snapshot(1, 100, [("100.0", "1.000")], [("100.1", "1.000")]), depth(2, 1, 99, 101, 98)]
+    lines.append("3 " + json.dumps(no_t, separators=(",", ":")))
+    src = write(tmp_path / "usdm_btcusdt_20240808.gz", lines)
+    refused(tmp_path, [src], r":3: this depth update lacks a transaction time T, unlike the ones before it")
+
+
+def test_reingest_rewrites_a_day_of_an_older_ingest(tmp_path):
+    """A day written before ingest versions were kept (futures depth at E; its manifest has no 'ingest'): still
+    readable, refused by check with the fix, and rewritten by ingesting the same files again."""
+    src = usdm_day(tmp_path / "usdm_btcusdt_20240808.gz")
+    ((m, _),) = binance.ingest([src], tmp_path / "cache")
+    folder = layout.day_dir(tmp_path / "cache", m)
+    new_events = np.load(folder / layout.EVENTS)
+    old = json.loads((folder / layout.MANIFEST).read_text())
+    del old["ingest"]
+    (folder / layout.MANIFEST).write_text(json.dumps(old))
+    events = new_events.copy()
+    events["ts"][6:] += 1_000_000  # depth at E: a ms later (the stamps alone; check reads the order)
+    np.save(folder / layout.EVENTS, events)
+    day = layout.open_day(folder)
+    assert day.manifest.ingest == "" and day.manifest.files == m.files
+    with pytest.raises(DataError, match=r"ingest of no version .*this code's is binance/2 .*ingest its files again"):
+        binance.check(day)
+    ((m2, written),) = binance.ingest([src], tmp_path / "cache")
+    assert written and m2 == m and layout.read_manifest(folder) == m
+    np.testing.assert_array_equal(np.load(folder / layout.EVENTS), new_events)
+    assert binance.check(layout.open_day(folder)).ok
+    ((_, again),) = binance.ingest([src], tmp_path / "cache")
+    assert not again
+
+
 # --- refusals -------------------------------------------------------------------------------------------------
 
 
@@ -309,7 +417,7 @@ def test_refuses_a_continuation_without_its_previous_file(tmp_path):
     ("line", "match"),
     [
         (ticker(3, 1, "1", "1", "1", "1"), r":4: receive time 3 ns is before the previous line's 4 ns"),
-        (depth(5, 1, 103, 105, 102), r":4: depth update E=1723161300001 ms is before .*E=1723161300002 ms"),
+        (depth(5, 1, 103, 105, 102), r":4: depth update T=1723161300001 ms is before .*T=1723161300002 ms"),
     ],
 )
 def test_refuses_time_going_backwards(tmp_path, line, match):

@@ -10,9 +10,15 @@ What a day holds (lobsim_env.data.layout):
 - events: the snapshot's levels as LEVEL events (bids from the best down, then asks from the best up: a day
   replays from an empty book), then each depth diff's levels as LEVEL events, removals first (so no row shows a
   crossed book the venue never showed), and each trade as a TRADE event (side: the resting side hit, m true -> bid);
-  diffs and trades merged by the venue's time (depth: E, trade: T; a trade first on a tie, since a diff's E is at
-  or after the trades it shows). A day that continues the previous file's opens with that file's last full book
-  as LEVEL events at its own first event's time (as hftbacktest does).
+  diffs and trades merged by the venue's time. A trade is at its trade time T. A futures (USD-M, COIN-M) depth
+  update is at its transaction time T, as hftbacktest stamps it: its event time E, when the venue sent it, is a
+  few to tens of ms later, and at E the book would lag the trades it follows (an order could join a quote already
+  gone). A spot depth update carries no T: it is at E. A futures capture whose depth updates carry no T is stamped
+  with E (the manifest's notes say which), one that mixes both is refused. On a tie (one ms) a trade comes first: a
+  depth update holds the book change of its own ms's trades (on the USD-M BTCUSDT capture, 72 % of the trades that
+  share a ms with a depth update are at a price among that update's levels, 26 % among the previous one's); trades
+  keep their id order and depth updates their update id order. A day that continues the previous file's opens with
+  that file's last full book as LEVEL events at its own first event's time (as hftbacktest does).
 - book.npy: the top `levels` after each event.
 - reference.npy: each bookTicker quote whose update id `u` is a depth diff's last id `u`, placed at that diff's last
   event, where the rebuilt book is in the very state the venue quoted; a quote whose `u` falls inside a diff (the
@@ -47,6 +53,10 @@ from lobsim_env.data.l2book import ASK, BID, BookRows, L2Book
 from lobsim_env.data.layout import LEVEL, TRADE, CheckReport, DataError, Day, Manifest
 
 SOURCE = "binance"
+INGEST_VERSION = "binance/2"
+"""The rules this module builds a day's events by, kept in each manifest (Manifest.ingest): ingest rewrites a day of
+another version, and check refuses one. Version 2 stamps futures depth updates with T; '' (a day written before
+versions were kept) stamped them with E. Raise it with any change of the events a capture gives."""
 VENUES = {"usdm": "binance-usdm", "cm": "binance-coinm", "spot": "binance-spot"}
 FILE_NAME = re.compile(r"^(usdm|cm|spot)_([a-z0-9_]+)_(\d{8})\.gz$")
 EXCHANGE_INFO = {
@@ -97,7 +107,11 @@ class _Capture:
     snapshot: tuple | None = None
     """(line, lastUpdateId, venue time in ms or None (spot's REST snapshot has none), bids, asks)."""
     diffs: list = field(default_factory=list)
-    """(line, E, U, u, pu or None, bids, asks): bids/asks a list of [price, qty] or (line text, start, end)."""
+    """(line, time in ms, U, u, pu or None, bids, asks): bids/asks a list of [price, qty] or (line text, start, end);
+    the time is `depth_clock`'s."""
+    depth_clock: str = "E"
+    """What the depth updates are stamped with: 'T' (futures: the transaction time) or 'E' (spot, or a futures
+    capture whose updates carry no T: the event time)."""
     trades: list = field(default_factory=list)
     """(line, T, trade id, price, qty, buyer is maker)."""
     tickers: list = field(default_factory=list)
@@ -108,10 +122,12 @@ class _Capture:
 
 @dataclass
 class _Clock:
-    """The last receive time, depth E, trade T and trade id seen, carried from a file to the one that continues it:
-    time going backwards across the two is refused like time going backwards inside one."""
+    """The last receive time, depth time (`depth_clock`: T or E), trade T and trade id seen, carried from a file to
+    the one that continues it: time going backwards across the two is refused like time going backwards inside one,
+    and so is a depth clock that changes."""
 
     recv: int = 0
+    depth_clock: str | None = None
     depth_ms: int = 0
     trade_ms: int = 0
     trade_id: int = -1
@@ -137,7 +153,7 @@ def _fast_patterns(symbol: str) -> tuple[re.Pattern, re.Pattern, re.Pattern]:
     the stream's prefix `{"stream":"<sym>@`; a line they do not match takes the slow path (json.loads)."""
     s = re.escape(symbol)
     depth = re.compile(
-        r'depth(@\d+ms)?","data":\{"e":"depthUpdate","E":(\d+),(?:"T":\d+,)?"s":"' + s + r'",(?:"ps":"[A-Z0-9_]+",)?'
+        r'depth(@\d+ms)?","data":\{"e":"depthUpdate","E":(\d+),(?:"T":(\d+),)?"s":"' + s + r'",(?:"ps":"[A-Z0-9_]+",)?'
         r'"U":(\d+),"u":(\d+),(?:"pu":(-?\d+),)?"b":\['
     )
     ticker = re.compile(
@@ -193,11 +209,14 @@ def _slow(cap: _Capture, text: str, path: Path, line: int, stream_sym: str) -> t
         )
     if kind.startswith("depth"):
         e_ms, first, last = _need(data, "E U u", (int,), where, stream)
+        t_ms = data.get("T")
+        if t_ms is not None and (not isinstance(t_ms, int) or isinstance(t_ms, bool)):
+            raise DataError(f"{where}: {stream} has T={t_ms!r}, expected int")
         pu = data.get("pu")
         if cap.market != "spot" and not isinstance(pu, int):
             raise DataError(f"{where}: {stream} has pu={pu!r}; a futures depth update carries pu (previous u)")
         bids, asks = _need(data, "b a", (list,), where, stream)
-        return "depth", (line, e_ms, first, last, pu if cap.market != "spot" else None, bids, asks)
+        return "depth", (line, e_ms, t_ms, first, last, pu if cap.market != "spot" else None, bids, asks)
     if kind == "trade":
         t_ms, trade_id = _need(data, "T t", (int,), where, stream)
         price, qty = _need(data, "p q", (str,), where, stream)
@@ -210,8 +229,8 @@ def _slow(cap: _Capture, text: str, path: Path, line: int, stream_sym: str) -> t
 
 
 def _parse(path: Path, market: str, symbol: str, file_date: str, clock: _Clock) -> _Capture:
-    """Reads one capture: every line's shape, receive times, depth E, trade T and trade ids in order (DataError
-    naming the file and line otherwise); at most one snapshot.
+    """Reads one capture: every line's shape, receive times, depth times (T or E: `_Capture.depth_clock`), trade T
+    and trade ids in order (DataError naming the file and line otherwise); at most one snapshot.
 
     The bookTicker lines (most of a file) are read in one findall over the text; the loop over lines only counts
     them, and where the count differs (a line the pattern does not take) they are read line by line instead."""
@@ -228,6 +247,7 @@ def _parse(path: Path, market: str, symbol: str, file_date: str, clock: _Clock) 
     k = len(prefix)
     diffs, trades = cap.diffs, cap.trades
     recv_last, depth_last, trade_last, tid_last = clock.recv, clock.depth_ms, clock.trade_ms, clock.trade_id
+    depth_clock = clock.depth_clock
     depth_stream = None
     futures = market != "spot"
     ticker_lines: list[int] = []
@@ -253,11 +273,12 @@ def _parse(path: Path, market: str, symbol: str, file_date: str, clock: _Clock) 
             if c == "d":
                 m = depth_re.match(line, sp + 1 + k)
                 if m is not None:
-                    speed, e_ms, first, last, pu = m.groups()
+                    speed, e_ms, t_ms, first, last, pu = m.groups()
                     mid = line.find('],"a":[', m.end())
                     if mid >= 0 and line.endswith("]}}") and futures is (pu is not None):
                         src = (line, m.end(), mid), (line, mid + 7, len(line) - 3)
-                        rec = "depth", (ln, int(e_ms), int(first), int(last), int(pu) if futures else None, *src)
+                        t_ms = int(t_ms) if t_ms is not None else None
+                        rec = "depth", (ln, int(e_ms), t_ms, int(first), int(last), int(pu) if futures else None, *src)
                         if depth_stream is None:
                             depth_stream = speed
                         elif depth_stream != speed:
@@ -275,13 +296,25 @@ def _parse(path: Path, market: str, symbol: str, file_date: str, clock: _Clock) 
             rec = _slow(cap, line[sp + 1 :], path, ln, symbol)
         kind, r = rec
         if kind == "depth":
-            if r[1] < depth_last:
+            _, e_ms, t_ms, *rest = r
+            name = "T" if futures and t_ms is not None else "E"
+            if depth_clock is None:
+                depth_clock = name
+            elif name != depth_clock:
+                has = "carries" if name == "T" else "lacks"
                 raise DataError(
-                    f"{path}:{ln}: depth update E={r[1]} ms is before the previous update's E={depth_last} ms"
+                    f"{path}:{ln}: this depth update {has} a transaction time T, unlike the ones before it"
+                    f"{clock.where}: the capture mixes two recorders' formats (depth at T where given, else at E, "
+                    "would be two clocks in one stream); record it again in one format"
+                )
+            ms = t_ms if name == "T" else e_ms
+            if ms < depth_last:
+                raise DataError(
+                    f"{path}:{ln}: depth update {name}={ms} ms is before the previous update's {name}={depth_last} ms"
                     f"{clock.where}: time goes backwards in the depth stream; the capture is reordered or spliced"
                 )
-            depth_last = r[1]
-            diffs.append(r)
+            depth_last = ms
+            diffs.append((ln, ms, *rest))
         elif kind == "trade":
             if r[1] < trade_last:
                 raise DataError(
@@ -325,6 +358,7 @@ def _parse(path: Path, market: str, symbol: str, file_date: str, clock: _Clock) 
     if not diffs:
         raise DataError(f"{path}: no {symbol}@depth update in {len(lines)} lines; a capture must hold the depth stream")
     clock.recv, clock.depth_ms, clock.trade_ms, clock.trade_id = recv_last, depth_last, trade_last, tid_last
+    clock.depth_clock = cap.depth_clock = depth_clock
     clock.where = f" (the last of {path.name})"
     return cap
 
@@ -484,8 +518,9 @@ class _Built:
 
 
 def _build(cap: _Capture, prev: _State | None, units: _Units, levels: int, venue: str) -> _Built:
-    """Syncs the capture's diffs to its snapshot (or to `prev`), merges them with the trades by venue time, and
-    rebuilds the book: the day's events, book rows and bookTicker references."""
+    """Syncs the capture's diffs to its snapshot (or to `prev`), merges them with the trades by venue time (a diff
+    at its `depth_clock` time, a trade at T, the trade first on a tie), and rebuilds the book: the day's events,
+    book rows and bookTicker references."""
     path, spot = cap.path, cap.market == "spot"
     diffs, trades = cap.diffs, cap.trades
     repairs: dict[str, int] = {}
@@ -499,7 +534,7 @@ def _build(cap: _Capture, prev: _State | None, units: _Units, levels: int, venue
                 f"{path}:{snap_line}: no depth update after the snapshot's lastUpdateId={last_id} (the last has "
                 f"u={diffs[-1][3]}); the capture ends before the stream reaches its snapshot"
             )
-        ln, e_ms, first, last = diffs[k][:4]
+        ln, d_ms, first, last = diffs[k][:4]
         if not (first <= last_id + spot <= last):
             want = "U <= lastUpdateId + 1 <= u" if spot else "U <= lastUpdateId <= u"
             raise DataError(
@@ -509,7 +544,7 @@ def _build(cap: _Capture, prev: _State | None, units: _Units, levels: int, venue
             )
         if k:
             repairs["depth_updates_before_snapshot"] = k
-        ts0 = min(snap_ms, e_ms) if snap_ms is not None else e_ms
+        ts0 = min(snap_ms, d_ms) if snap_ms is not None else d_ms  # trades before it are in the snapshot
         opening = [(BID, p, q) for p, q in bids] + [(ASK, p, q) for p, q in asks]
         opening_where = f"{path}:{snap_line}"
         last_u, last_where = None, ""
@@ -663,7 +698,7 @@ def _build(cap: _Capture, prev: _State | None, units: _Units, levels: int, venue
     trade_price, trade_size = units.prices, units.sizes
     last_ln = 0
     while di < nd or ti < nt:
-        if ti < nt and (di >= nd or trades[ti][1] <= diffs[di][1]):
+        if ti < nt and (di >= nd or trades[ti][1] <= diffs[di][1]):  # a tie: the trade first
             ln, t_ms, _, ps, qs, maker = trades[ti]
             ti += 1
             p = trade_price.get(ps)
@@ -682,7 +717,7 @@ def _build(cap: _Capture, prev: _State | None, units: _Units, levels: int, venue
             msg_n.append(1)
             msg_kind.append(TRADE)
             continue
-        ln, e_ms, first, last, pu, bsrc, asrc = diffs[di]
+        ln, d_ms, first, last, pu, bsrc, asrc = diffs[di]
         di += 1
         if last_u is not None and ((first != last_u + 1) if spot else (pu != last_u)):
             got = f"U={first}" if spot else f"pu={pu}"
@@ -694,7 +729,7 @@ def _build(cap: _Capture, prev: _State | None, units: _Units, levels: int, venue
             )
         last_u, last_ln, last_where = last, ln, ""
         msg_n.append(apply_levels(*side_levels(BID, bsrc, ln), *side_levels(ASK, asrc, ln)))
-        msg_ts.append(e_ms * _NS_PER_MS)
+        msg_ts.append(d_ms * _NS_PER_MS)
         msg_kind.append(LEVEL)
         if bpx and apx and bpx[-1] >= apx[0]:
             raise DataError(
@@ -775,14 +810,23 @@ def _previous_date(yyyymmdd: str) -> str:
     return datetime.fromordinal(d).strftime("%Y%m%d")
 
 
+_DEPTH_AT = {  # (spot, depth_clock): where a day's depth updates are, in the manifest's notes
+    (False, "T"): "a depth update's levels at its transaction time T (its event time E, when the venue sent it, is a "
+    "few to tens of ms later)",
+    (False, "E"): "a depth update's levels at its event time E (this capture's futures depth updates carry no "
+    "transaction time T: the book lags the trades by the venue's delay from T to E)",
+    (True, "E"): "a depth update's levels at its event time E (spot depth updates carry no transaction time)",
+}
+
+
 def _notes(cap: _Capture, built: _Built, unit_notes: list[str], levels: int, prev: _State | None) -> tuple[str, ...]:
     market = cap.market
     maker, taker = FEES_BPS[market]
     notes = [
         "L2: price levels only; an agent's queue place comes from the queue model",
-        "Timestamps: a depth update's levels at its event time E, a trade at its trade time T (ms, as ns); depth "
-        "updates and trades are merged by that time (a trade first on a tie); the capture's receive times are not "
-        "kept",
+        f"Timestamps: {_DEPTH_AT[cap.market == 'spot', cap.depth_clock]}, a trade at its trade time T (ms, as ns); "
+        "depth updates and trades are merged by that time, a trade first on a tie (a depth update holds the book "
+        "change of its own ms's trades); the capture's receive times are not kept",
         *unit_notes,
         f"fees: Binance's VIP 0 schedule without the BNB discount, maker {maker:g} bps, taker {taker:g} bps",
         f"reference.npy: {built.tickers['reference']} bookTicker quotes at a depth update's last id u (exact "
@@ -796,7 +840,8 @@ def _notes(cap: _Capture, built: _Built, unit_notes: list[str], levels: int, pre
     elif cap.symbol.endswith("USDT"):
         notes.append("quote_usd 1: USDT taken at 1 USD")
     if cap.snapshot is not None:
-        ts_of = "its own transaction time T" if cap.snapshot[2] is not None else "the first applied update's E"
+        first = f"the first applied update's {cap.depth_clock}"
+        ts_of = f"its own time T, or {first} if earlier" if cap.snapshot[2] is not None else first
         notes.append(
             f"Opens from the REST snapshot (line {cap.snapshot[0]}, lastUpdateId {cap.snapshot[1]}) at {ts_of}, synced "
             "as Binance documents it; the diffs on lines before the snapshot line are buffered, those it already "
@@ -841,6 +886,7 @@ def _day_manifest(
         instrument=cap.symbol,
         date=datetime.fromtimestamp(built.first_ts // 1_000_000_000, UTC).strftime("%Y-%m-%d"),
         source=SOURCE,
+        ingest=INGEST_VERSION,
         depth="L2",
         levels=levels,
         tick_size=float(units.tick),
@@ -939,8 +985,15 @@ def check(day: Day, *, show: int = 5) -> CheckReport:
     the replay's row in book.npy, each other event the row before it; a LEVEL event's delta must be the change it
     made. (2) Each reference.npy quote (a bookTicker at an exact update id) must equal the best bid and ask of the
     book.npy row it names. `rows` counts book rows plus references. Nothing here differs for a documented reason
-    (the explained dict stays empty); the first `show` differences are named."""
+    (the explained dict stays empty); the first `show` differences are named. A day built by other rules than
+    this module's (Manifest.ingest is not INGEST_VERSION) is refused: ingest it again."""
     m, ev, book = day.manifest, day.events, day.book
+    if m.ingest != INGEST_VERSION:
+        raise DataError(
+            f"{day.path}: built by Binance ingest {m.ingest or 'of no version (futures depth at E)'}, this code's is "
+            f"{INGEST_VERSION} (futures depth at T): ingest its files again (python -m lobsim_env.data ingest PATH... "
+            "--out DIR rewrites it)"
+        )
     n, nl = len(ev), m.levels
     rep = CheckReport(day=day.key)
     lb = L2Book(nl)

@@ -30,7 +30,7 @@ Event kinds (EVENT_KINDS). `side` is the resting side a message touches: +1 bid,
 HIDDEN, CROSS, HALT, TRADE and for messages beyond the book's depth).
 
 A day is written whole or not at all (a temporary folder renamed into place), and writing the same source
-files again is a no-op (the manifest keeps their SHA-256).
+files again is a no-op (the manifest keeps their SHA-256), unless the source's rules changed since (`ingest`).
 """
 
 from __future__ import annotations
@@ -112,6 +112,10 @@ class Manifest:
     median message, its files being cut at UTC midnight)."""
     source: str
     """'lobster', 'binance', 'tardis' or 'databento'."""
+    ingest: str = ""
+    """The version of the source module's rules that built the day's events (Binance: 'binance/2'), where the
+    source records one ('' otherwise, and for a day written before it did): ingest rewrites a day of another
+    version even from the same files, so a cache never mixes days built by two sets of rules."""
     depth: str
     """'L3' (each order: the agent's exact queue place) or 'L2' (price levels: a queue model places it)."""
     levels: int
@@ -293,13 +297,15 @@ def read_manifest(folder: str | Path) -> Manifest:
 
 
 def is_current(root: str | Path, m: Manifest) -> bool:
-    """True when the cache already holds this day built from the same source files (ingest skips it)."""
+    """True when the cache already holds this day built from the same source files by the same version of the
+    source's rules (`Manifest.ingest`): ingest skips it."""
     folder = day_dir(root, m)
     try:
         old = read_manifest(folder)
     except DataError:
         return False
-    return old.files == m.files and (folder / EVENTS).is_file() and (folder / BOOK).is_file()
+    same = old.files == m.files and old.ingest == m.ingest
+    return same and (folder / EVENTS).is_file() and (folder / BOOK).is_file()
 
 
 def write_day(
