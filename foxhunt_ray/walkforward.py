@@ -37,6 +37,7 @@ from foxhunt_ray import provenance
 from foxhunt_ray.evaluate import AGENT, COMPARED_ON_REAL_DAYS, EvaluationError, load_agent, load_run, market_spaces
 from lobsim_env import MarketConfig
 from lobsim_env.baselines import EpisodeResults, Quoting, flat, hindsight, imbalance, run_episodes, tune_quoting
+from lobsim_env.replay.market import open_periods
 from lobsim_env.seeds import heldout_seed, validation_seed
 from lobsim_env.stats import holm, paired_seeds
 
@@ -58,6 +59,28 @@ def fold_kind(market: MarketConfig) -> str:
 
 def _period(base: MarketConfig, days: Sequence[str]) -> MarketConfig:
     return dataclasses.replace(base, days=tuple(days), eval_days=(), val_days=())
+
+
+LARGE_TICK_SHARE = 0.5
+"""A test period is large-tick when its spread is one tick in at least this share of its book rows (the queues are
+deep and the price rarely moves: the agent's edge is its queue place), else small-tick (reported apart)."""
+
+
+def tick_regime(market: MarketConfig) -> dict[str, Any]:
+    """The test period's spread over its book rows (both sides quoted): its median in ticks, the share at one tick,
+    and 'large-tick' or 'small-tick' (LARGE_TICK_SHARE)."""
+    spreads = []
+    for day, (lo, hi) in zip(*open_periods(market), strict=True):
+        rows = day.book[lo:hi]  # LOBSTER's column order: ask price, ask size, bid price, bid size, ...
+        quoted = (rows[:, 1] > 0) & (rows[:, 3] > 0)
+        spreads.append(rows[quoted, 0] - rows[quoted, 2])
+    spread = np.concatenate(spreads) if spreads else np.zeros(0, np.int64)
+    one = float(np.mean(spread == 1)) if spread.size else 0.0
+    return {
+        "spread_ticks_median": float(np.median(spread)) if spread.size else None,
+        "one_tick_share": one,
+        "regime": "large-tick" if one >= LARGE_TICK_SHARE else "small-tick",
+    }
 
 
 def _concat(results: list[EpisodeResults]) -> EpisodeResults:
@@ -162,6 +185,7 @@ def score_fold(
         "train_days": list(base.days),
         "val_days": list(base.val_days),
         "test_days": list(base.eval_days),
+        "tick_regime": tick_regime(_period(base, base.eval_days)),
         "horizon": base.horizon,
         "episodes": episodes,
         "test_seed": test_seed,
@@ -184,15 +208,20 @@ def holm_across(folds: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return folds
 
 
+def _regime(fold: dict[str, Any]) -> str:
+    t = fold.get("tick_regime")
+    return "-" if not t or t["spread_ticks_median"] is None else f"{t['regime']} ({t['spread_ticks_median']:g})"
+
+
 def table(folds: list[dict[str, Any]], kind: str) -> str:
     """The folds as a Markdown table: each policy's mean test PnL (USD), the gap to the best rule with its
     interval, Holm's p where holm_across ran."""
     rows = [
         f"Walk-forward, folds of {kind}; test PnL in USD per window (mean over seeds, periods and windows)",
         "",
-        "| fold | test | seeds | agent | flat | imbalance | quoting | hindsight | best rule | agent - best [95 % CI] | "
-        "p (Holm) | $/contract agent | fill rate agent | inventory agent |",
-        "|" + "---|" * 14,
+        "| fold | test | tick regime (median spread) | seeds | agent | flat | imbalance | quoting | hindsight | "
+        "best rule | agent - best [95 % CI] | p (Holm) | $/contract agent | fill rate agent | inventory agent |",
+        "|" + "---|" * 15,
     ]
     for f in folds:
         p, best = f["policies"], f["best_baseline"]
@@ -200,7 +229,7 @@ def table(folds: list[dict[str, Any]], kind: str) -> str:
         holm_p = f"{v['p_value']:.3f} ({v['p_holm']:.3f})" if "p_holm" in v else f"{v['p_value']:.3f}"
         per_contract, fill = p[AGENT]["usd_per_contract"], p[AGENT]["fill_rate"]
         rows.append(
-            f"| {f['fold']} | {', '.join(f['test_days'])} | {len(f['seeds'])} | "
+            f"| {f['fold']} | {', '.join(f['test_days'])} | {_regime(f)} | {len(f['seeds'])} | "
             + " | ".join(f"{p[n]['pnl_usd_mean']:+.2f}" for n in (AGENT, *BASELINES))
             + f" | {best} | {v['mean_usd']:+.2f} [{v['ci95_usd'][0]:+.2f}, {v['ci95_usd'][1]:+.2f}] | {holm_p} | "
             + f"{'-' if per_contract is None else f'{per_contract:+.4f}'} | {'-' if fill is None else f'{fill:.2f}'} | "

@@ -20,6 +20,7 @@ from foxhunt_ray.evaluate import EvaluationError, load_agent, load_run, market_s
 from lobsim_env import MarketConfig
 from lobsim_env.baselines import QUOTING_GRID, run_episodes
 from lobsim_env.config import MarketConfigError
+from lobsim_env.data.layout import open_day
 from lobsim_env.stats import paired, paired_seeds
 from tests.test_replay import _l2_day
 
@@ -128,7 +129,15 @@ def test_a_fold_picks_its_checkpoint_and_quoting_rule_on_validation_and_plays_th
     # the fold's table and Holm's adjustment over folds
     two = walkforward.holm_across([record, json.loads(json.dumps(record))])
     assert two[0]["versus"][best]["p_holm"] == pytest.approx(min(1.0, 2 * record["versus"][best]["p_value"]))
-    assert "| 2 | test/L2X/2024-08-10 | 2 |" in walkforward.table(two, "days")
+    # the test period's tick regime: its spread over the book rows where both sides are quoted, in ticks
+    run, _, _ = load_run(fold_runs[0])
+    rows = open_day(next(Path(run.market.data).glob("test/L2X/2024-08-10"))).book
+    spread = (rows[:, 0] - rows[:, 2])[(rows[:, 1] > 0) & (rows[:, 3] > 0)]
+    regime = record["tick_regime"]
+    assert regime["spread_ticks_median"] == np.median(spread) and regime["one_tick_share"] == np.mean(spread == 1)
+    assert regime["regime"] == ("large-tick" if np.mean(spread == 1) >= 0.5 else "small-tick")
+    cell = f"{regime['regime']} ({regime['spread_ticks_median']:g})"
+    assert f"| 2 | test/L2X/2024-08-10 | {cell} | 2 |" in walkforward.table(two, "days")
 
 
 def test_runs_of_other_folds_or_of_no_test_period_are_refused(fold_runs, three_dates, tmp_path):
@@ -193,7 +202,8 @@ def test_the_bench_trains_every_seed_of_a_fold_and_prints_the_table_and_its_last
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
     lines = out.stdout.strip().splitlines()
     assert LAST.fullmatch(lines[-1]), lines[-1]
-    assert "Walk-forward, folds of days" in out.stdout and "| 2 | test/L2X/2024-08-10 | 2 |" in out.stdout
+    assert "Walk-forward, folds of days" in out.stdout
+    assert re.search(r"\| 2 \| test/L2X/2024-08-10 \| \S+-tick", out.stdout)
     doc = json.loads((tmp_path / "walkforward.json").read_text())
     assert doc["kind"] == "days" and [f["fold"] for f in doc["folds"]] == [2]
     assert [c["seed"] for c in doc["folds"][0]["checkpoints"]] == [0, 1]
