@@ -18,8 +18,10 @@ and tunes the quoting rule on the validation period (market.val_days), and is sc
    resampled); `best_baseline` is the one of those three with the highest test mean, the strictest comparator
    (picked after the fact, which only makes the agent's case harder).
 
-`holm_across(folds)` adds each fold's Holm-adjusted p-values (over the folds, one family a baseline); `table`
-prints folds as rows. benchmarks/bench_walkforward.py trains every fold and seed and calls these.
+`FoldMarkets.of(market, fold)` (the validation and test markets, with their seeds) and `score_agents(markets,
+agents)` (steps 2-4) score agents of any trainer alike. `holm_across(folds)` adds each fold's Holm-adjusted p-values
+(over the folds, one family a baseline); `table` prints folds as rows. benchmarks/bench_walkforward.py trains every
+fold and seed and calls these.
 """
 
 from __future__ import annotations
@@ -36,7 +38,16 @@ from actors.checkpoints import list_checkpoints
 from foxhunt_ray import provenance
 from foxhunt_ray.evaluate import AGENT, COMPARED_ON_REAL_DAYS, EvaluationError, load_agent, load_run, market_spaces
 from lobsim_env import MarketConfig
-from lobsim_env.baselines import EpisodeResults, Quoting, flat, hindsight, imbalance, run_episodes, tune_quoting
+from lobsim_env.baselines import (
+    EpisodeResults,
+    Policy,
+    Quoting,
+    flat,
+    hindsight,
+    imbalance,
+    run_episodes,
+    tune_quoting,
+)
 from lobsim_env.replay.market import open_periods
 from lobsim_env.seeds import heldout_seed, validation_seed
 from lobsim_env.stats import holm, paired_seeds
@@ -127,11 +138,8 @@ def score_fold(
         runs.append((Path(d), run, drv))
     _same_fold(runs)
     base, fold = runs[0][1].market, runs[0][2].fold
-    test_seed = heldout_seed(fold)
-    val_seed = validation_seed(fold)
-    validation = _period(base, base.val_days) if base.val_days else None
-    tests = [_period(base, (name,)) for name in base.eval_days]
-    obs_dim, n_actions, _ = market_spaces(tests[0])
+    markets = FoldMarkets.of(base, fold)
+    obs_dim, n_actions, _ = market_spaces(markets.tests[0])
 
     chosen, agents = [], []
     for run_dir, run, _ in runs:
@@ -139,13 +147,13 @@ def score_fold(
         if not kept:
             raise EvaluationError(f"{run_dir / 'checkpoints'} holds no checkpoint: the run never reached its first one")
         scores: dict[int, float] = {}
-        if validation is None:
+        if markets.validation is None:
             step, path = kept[-1]
             how = "newest (no validation period: fold 1)"
         else:
             for step, path in kept:
                 agent, _ = load_agent(path, run, obs_dim=obs_dim, n_actions=n_actions)
-                scores[step] = float(run_episodes(validation, agent, episodes, val_seed).pnl_usd.mean())
+                scores[step] = markets.validate(agent, episodes)
             step = max(scores, key=lambda s: (scores[s], s))
             path = dict(kept)[step]
             how = "best mean PnL on the validation windows"
@@ -153,14 +161,63 @@ def score_fold(
         agents.append(agent)
         chosen.append({"run_dir": str(run_dir), "seed": run.seed, "step": step, "how": how, "validation_usd": scores})
         say(f"{run_dir}: checkpoint {step} ({how}{f': {scores[step]:+.2f} USD' if scores else ''})")
+    record = score_agents(markets, agents, episodes=episodes, progress=progress)
+    return {**record, "seeds": [run.seed for _, run, _ in runs], "checkpoints": chosen}
 
+
+@dataclasses.dataclass(frozen=True)
+class FoldMarkets:
+    """A fold's validation market (None for fold 1) and its test markets (one a test period), with their seeds."""
+
+    base: MarketConfig
+    fold: int
+    validation: MarketConfig | None
+    tests: list[MarketConfig]
+    val_seed: int
+    test_seed: int
+
+    @classmethod
+    def of(cls, base: MarketConfig, fold: int) -> FoldMarkets:
+        """The fold of a replay market config that names its days, validation days and test days (driver.data_sets)."""
+        if base.source != "replay" or not base.eval_days:
+            raise EvaluationError(
+                f"market.source={base.source!r} with eval_days={list(base.eval_days)}: the walk-forward protocol "
+                "scores real days with a test period (--data with two periods or more, or --holdout)"
+            )
+        validation = _period(base, base.val_days) if base.val_days else None
+        tests = [_period(base, (name,)) for name in base.eval_days]
+        return cls(base, fold, validation, tests, validation_seed(fold), heldout_seed(fold))
+
+    def validate(self, policy: Policy, episodes: int) -> float:
+        """A policy's mean PnL on the validation windows (what picks a checkpoint)."""
+        if self.validation is None:
+            raise EvaluationError(f"fold {self.fold} has no validation period")
+        return float(run_episodes(self.validation, policy, episodes, self.val_seed).pnl_usd.mean())
+
+
+def score_agents(
+    markets: FoldMarkets,
+    agents: Sequence[Policy],
+    *,
+    episodes: int = 64,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Steps 2-4 of the protocol for agents already chosen (one a seed, each picked on the validation windows): the
+    quoting rule tuned there, every test period played once by each agent and each rule, the figures and intervals.
+    The record of score_fold without its `seeds` and `checkpoints` (any trainer's agents are scored alike)."""
+    if not agents:
+        raise EvaluationError("score_agents: no agent given")
+    if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 2:
+        raise EvaluationError(f"episodes={episodes!r} must be an int >= 2 (windows a test period)")
+    say = progress or (lambda line: None)
+    base, fold, validation, test_seed = markets.base, markets.fold, markets.validation, markets.test_seed
     if validation is not None:
-        quoting, quoting_scores = tune_quoting(validation, episodes, val_seed)
+        quoting, quoting_scores = tune_quoting(validation, episodes, markets.val_seed)
     else:
         quoting, quoting_scores = Quoting(), {}
     policies = {"flat": flat, "imbalance": imbalance, "quoting": quoting, "hindsight": hindsight}
     played: dict[str, list[list[EpisodeResults]]] = {AGENT: [[] for _ in agents]} | {n: [[]] for n in policies}
-    for market in tests:
+    for market in markets.tests:
         for i, agent in enumerate(agents):
             played[AGENT][i].append(run_episodes(market, agent, episodes, test_seed))
         for name, policy in policies.items():
@@ -189,9 +246,7 @@ def score_fold(
         "horizon": base.horizon,
         "episodes": episodes,
         "test_seed": test_seed,
-        "val_seed": val_seed if validation is not None else None,
-        "seeds": [run.seed for _, run, _ in runs],
-        "checkpoints": chosen,
+        "val_seed": markets.val_seed if validation is not None else None,
         "quoting": {"chosen": repr(quoting), "validation_usd": {k: float(v) for k, v in quoting_scores.items()}},
         "policies": results,
         "versus": versus,
