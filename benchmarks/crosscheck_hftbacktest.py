@@ -12,14 +12,16 @@ The same orders are then replayed inside hftbacktest (nkaz001/hftbacktest 2.x, d
 queue model (ours: market.queue_model='risk_averse'), the partial-fill exchange (ours fills partially), order
 latency 0 ns both ways, the day's maker / taker fees as a share of the traded value. A post is a GTX (post-only)
 limit order, a market order hftbacktest's MARKET order. Our latency is counted in messages (market.latency_events:
-the order reaches the book after that many of the step's messages); hftbacktest's in ns. So each order is submitted
-at the exchange time of the message after which ours reaches the book, with 0 ns latency: hftbacktest processes an
-order arriving at time t after every market event stamped <= t, so both engines see the order meet the same book.
-Two feeds, each a table:
+the order reaches the book after that many of the step's messages, then waits for the end of the run of messages of
+one time it fell inside, at most until the step's end: lobsim_env.replay.market.arrivals); hftbacktest's in ns. So
+each order is submitted at the exchange time of the message after which ours reaches the book, with 0 ns latency:
+hftbacktest processes an order arriving at time t after every market event stamped <= t, so both engines see the
+order meet the same book, except where the step's end cut ours short inside a time's messages. Two feeds, each a
+table:
 - `hbt`: hftbacktest's own converter (`hftbacktest.data.utils.binancefutures.convert`) on the capture: the
-  primary verdict, with everything that differs between the two converters (depth stamped with the transaction
-  time T where our ingest uses the event time E, so an order's time is mapped from E to the largest T of the depth
-  updates of that E; diffs applied as they come rather than synced by update id; only MARKET trades);
+  primary verdict, with everything that differs between the two converters (diffs applied as they come rather
+  than synced by update id; only MARKET trades). Both stamp futures depth and trades with the transaction time T
+  (our ingest's `binance/2`), so an order's time is its message's time in our cache (`hbt_clock`);
 - `cache`: our cache's own events as hftbacktest rows (one row an event, stamped in ns in the cache's order), so an
   order meets exactly the message ours meets: what differs there is the two engines' fill rules alone.
 Each PnL is marked at our window's last mid (the same price for both engines, so the gap is the fills' alone).
@@ -44,9 +46,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import gzip
 import json
-import re
 import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
@@ -341,24 +341,10 @@ def cache_feed(events: np.ndarray, tick: float, lot: float) -> tuple[np.ndarray,
     return rows, clock
 
 
-_DEPTH_TIMES = re.compile(rb'"e":"depthUpdate","E":(\d+),"T":(\d+)')
-
-
-def hbt_clock(events: np.ndarray, capture: Path) -> np.ndarray:
-    """Each cache event's time on hftbacktest's converter's clock (the `hbt` feed): a trade at its own time (T in
-    both); a depth level at the largest transaction time T of the capture's depth updates of its event time E (our
-    ingest stamps depth with E, the converter with T); the opening snapshot's levels keep theirs."""
-    with gzip.open(capture, "rb") as f:
-        pairs = _DEPTH_TIMES.findall(f.read())
-    latest: dict[int, int] = {}
-    for e_ms, t_ms in pairs:
-        e, t = int(e_ms), int(t_ms)
-        latest[e] = max(latest.get(e, t), t)
-    ts = events["ts"].astype(np.int64)
-    depth = events["kind"] != TRADE
-    out = ts.copy()
-    out[depth] = np.array([latest.get(int(m), int(m)) for m in ts[depth] // 1_000_000], np.int64) * 1_000_000
-    return out
+def hbt_clock(events: np.ndarray) -> np.ndarray:
+    """Each cache event's time on hftbacktest's converter's clock (the `hbt` feed): its own. The converter stamps a
+    futures depth update and a trade with the transaction time T, and so does our ingest (manifest `binance/2`)."""
+    return events["ts"].astype(np.int64)
 
 
 # ------------------------------------------------------------------------------------------- hftbacktest
@@ -564,7 +550,7 @@ def main(argv: list[str] | None = None) -> int:
 
         with contextlib.redirect_stdout(sys.stderr):  # the converter's progress lines
             converted = binancefutures.convert(str(capture), buffer_size=4 * day.manifest.n_events)
-        feeds = {"hbt": (converted, hbt_clock(day.events, capture)), "cache": cache_feed(day.events, tick, lot)}
+        feeds = {"hbt": (converted, hbt_clock(day.events)), "cache": cache_feed(day.events, tick, lot)}
         for feed_name, (feed, clock) in feeds.items():
             rows = crosscheck(windows, day, feed, clock, cfg, args.exchange)
             name = f"{key} feed={feed_name} exchange={args.exchange} latency_events={args.latency_events}"

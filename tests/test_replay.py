@@ -2,10 +2,13 @@
 
 - LOBSTER sample days ingest into the cache (once: a second ingest writes nothing), check against their own
   orderbook rows with nothing unexplained, and a day is written whole or not at all.
-- The replay market on a cached LOBSTER day is LobsterMarket (the book-by-book reference of docs/market.md's
-  "LOBSTER replay" rules): the same observations, fills, fees and rewards for the same keys and actions, through
-  the C step and through the Python step; on L2 days (made here from a seeded flow of level updates and trades) the
-  C step is the Python step, under both queue models.
+- The replay market on a cached LOBSTER day, each message given a time of its own, is LobsterMarket (the
+  book-by-book reference of docs/market.md's "LOBSTER replay" rules): the same observations, fills, fees and
+  rewards for the same keys and actions, through the C step and through the Python step. On the day as it is
+  (messages sharing a time) and on L2 days (made here from a seeded flow of level updates and trades, with and
+  without runs of one time) the C step is the Python step, under both queue models.
+- An order reaches the book at the end of the run of messages of one time it falls inside, at most at the step's
+  end (ReplayMarket's `arrivals`), in both steps; the hindsight bound plans on the book its orders meet.
 - Windows never cross a day's end, several days are drawn from, a day's arrays are memory-mapped (nothing copied
   into the market), a config of another contract or an inverse contract is refused by name.
 """
@@ -25,7 +28,9 @@ from lobsim_env.data.l2book import ASK, BID, L2Book
 from lobsim_env.data.layout import EVENT_DTYPE, LEVEL, TRADE, DataError, Manifest
 from lobsim_env.lobster.market import LobsterMarket, lobster_config
 from lobsim_env.lobster.samples import sample_zip
+from lobsim_env.market import Action
 from lobsim_env.replay import ReplayMarket, compiled, replay_config
+from lobsim_env.replay.market import arrivals
 
 AMZN5 = sample_zip("AMZN", 5)
 AAPL1 = sample_zip("AAPL", 1)
@@ -147,24 +152,43 @@ def _same(name, obs, res, ref_obs, ref_res):
     np.testing.assert_array_equal(res.truncated, ref_res.truncated, err_msg=name)
 
 
+def _own_times(cache: Path, ticker: str, root: Path) -> Path:
+    """A copy of the cache's day of `ticker` in `root`, each message a time of its own (its time plus its rank among
+    the messages of that time): no order waits for the end of a message, as in LobsterMarket."""
+    m = layout.select_days(cache, [ticker])[0]
+    day = layout.open_day(layout.day_dir(cache, m))
+    events = np.array(day.events)
+    ts = events["ts"]
+    events["ts"] = ts + np.arange(len(ts)) - np.searchsorted(ts, ts, side="left")
+    layout.write_day(root, dataclasses.replace(m, last_ts=int(events["ts"][-1])), events, np.array(day.book))
+    return root
+
+
 @needs_samples
 @pytest.mark.parametrize("path, depth_flow", [(AMZN5, 0), (AAPL1, 2)])
-def test_the_replay_market_on_a_cached_lobster_day_is_lobster_market(cache, path, depth_flow):
-    """The same windows (one day: the key's start is LobsterMarket's), actions, fills, fees and rewards."""
+def test_the_replay_market_on_a_cached_lobster_day_is_lobster_market(cache, tmp_path, path, depth_flow):
+    """The same windows (one day: the key's start is LobsterMarket's), actions, fills, fees and rewards, each
+    message a time of its own (LobsterMarket's orders arrive between any two messages); on the day as it is, with
+    its messages of one time, the C step is the Python step."""
     ref = lobster_config(str(path), horizon=60, depth_flow_ticks=depth_flow)
     ticker = path.name.split("_")[2]
     same_contract = {f: getattr(ref, f) for f in ("maker_fee_usd", "taker_fee_usd", "order_size", "position_limit")}
-    cfg = replay_config(cache, [ticker], horizon=60, depth_flow_ticks=depth_flow, size_scale=ref.size_scale,
-                        **same_contract)  # fmt: skip
+    kw = dict(horizon=60, depth_flow_ticks=depth_flow, size_scale=ref.size_scale, **same_contract)
+    cfg = replay_config(_own_times(cache, ticker, tmp_path), [ticker], **kw)
     markets = {"lobster": LobsterMarket(ref), "python": ReplayMarket(cfg, use_c=False)}
     if compiled():
         markets["c"] = ReplayMarket(cfg, use_c=True)
     keys = np.random.default_rng(1).integers(0, 2**63, 24).astype(np.uint64)
     _play(markets, keys, 60, 2, _same)
+    if compiled():
+        as_is = replay_config(cache, [ticker], **kw)
+        _play({"python": ReplayMarket(as_is, use_c=False), "c": ReplayMarket(as_is, use_c=True)}, keys, 60, 2, _same)
 
 
-def _l2_day(root: Path, seed: int, n: int = 4000, date: str = "2024-08-08") -> Manifest:
-    """A seeded L2 day: level updates around a wandering mid and trades at the touch, rebuilt with L2Book."""
+def _l2_day(root: Path, seed: int, n: int = 4000, date: str = "2024-08-08", same_time: float = 0.0) -> Manifest:
+    """A seeded L2 day: level updates around a wandering mid and trades at the touch, rebuilt with L2Book; each
+    message after the first shares the time of the one before it with probability `same_time` (runs of one time,
+    as a venue message of many levels makes; 0: every message a time of its own)."""
     rng = np.random.default_rng(seed)
     book, ev, rows = L2Book(3), np.zeros(n, EVENT_DTYPE), np.zeros((n, 12), np.int64)
     mid = 1000
@@ -191,20 +215,26 @@ def _l2_day(root: Path, seed: int, n: int = 4000, date: str = "2024-08-08") -> M
             delta = book.set(side, price, size)
             ev[k] = (k, LEVEL, side, price, size, delta, 0, -1)
         book.row(rows[k])
+    if same_time:
+        ev["ts"] = np.cumsum(np.random.default_rng(seed + 1000).random(n) >= same_time)
+        ev["ts"] -= ev["ts"][0]
     m = Manifest(
         venue="test", instrument="L2X", date=date, source="tardis", depth="L2", levels=3, tick_size=0.1,
-        lot_size=0.001, maker_fee_bps=2.0, taker_fee_bps=5.0, order_lots=2, n_events=n, first_ts=0, last_ts=n - 1,
+        lot_size=0.001, maker_fee_bps=2.0, taker_fee_bps=5.0, order_lots=2, n_events=n, first_ts=0,
+        last_ts=int(ev["ts"][-1]),
     )  # fmt: skip
     layout.write_day(root, m, ev, rows)
     return m
 
 
 @needs_c
-@pytest.mark.parametrize("queue_model", ["risk_averse", "prob"])
-def test_the_c_step_is_the_python_step_on_l2_days(tmp_path, queue_model):
+@pytest.mark.parametrize("queue_model, same_time", [("risk_averse", 0.0), ("prob", 0.0), ("risk_averse", 0.85),
+                                                   ("prob", 0.85)])  # fmt: skip
+def test_the_c_step_is_the_python_step_on_l2_days(tmp_path, queue_model, same_time):
     for i, date in enumerate(("2024-08-08", "2024-08-09")):
-        _l2_day(tmp_path, seed=i, date=date)
-    cfg = replay_config(tmp_path, [], horizon=40, events_per_step=10, depth_flow_ticks=2, queue_model=queue_model)
+        _l2_day(tmp_path, seed=i, date=date, same_time=same_time)
+    cfg = replay_config(tmp_path, [], horizon=40, events_per_step=10, depth_flow_ticks=2, queue_model=queue_model,
+                        latency_events=3)  # fmt: skip
     assert cfg.taker_fee_bps == 5.0 and cfg.order_size == 2 and cfg.usd_per_tick == pytest.approx(0.1 * 0.001)
     markets = {"python": ReplayMarket(cfg, use_c=False), "c": ReplayMarket(cfg, use_c=True)}
     keys = np.random.default_rng(3).integers(0, 2**63, 64).astype(np.uint64)
@@ -258,3 +288,60 @@ def test_the_c_step_follows_a_state_whose_arrays_were_replaced_and_alternating_s
                 sc.cash = sc.cash.copy()  # a new array: the old pointer would write elsewhere
             a = rng.integers(0, 7, 16)
             _same("c", c.observe(sc), c.step(sc, a), py.observe(sp), py.step(sp, a))
+
+
+# ------------------------------------------------------------------------- orders wait for the message's end
+
+
+def _runs_day(root: Path, runs: list[tuple[int, int]], rows: dict[int, tuple] | None = None) -> Path:
+    """_tiny_day of 60 messages, messages [a, b) of each run sharing one time, book rows replaced by `rows`."""
+    m, events, book = _tiny_day(60)
+    for a, b in runs:
+        events["ts"][a:b] = events["ts"][a]
+    for k, row in (rows or {}).items():
+        book[k] = row
+    layout.write_day(root, m, events, book)
+    return root
+
+
+RUNS = [(9, 16), (19, 35)]
+"""Messages 9-15 share a time, and 19-34: with 10 messages a step from message 11 (key 10), step 0's order falls
+inside the first run and step 1's inside the second, which runs past the step's end (message 31)."""
+
+
+@pytest.mark.parametrize("latency, joined", [(0, (16, 31)), (1, (16, 31)), (7, (18, 31)), (10, (21, 31))])
+def test_an_order_waits_for_the_end_of_its_message_and_no_longer_than_its_step(tmp_path, latency, joined):
+    """The message an order reaches the book before (a join records it): latency 0 and 1 fall inside messages 9-15
+    and wait for 16; latency 7 meets message 18, alone in its time; step 1's run goes past the step, so its order
+    arrives at the step's end (31), before the next observation; latency 10 is the step's end already."""
+    cfg = replay_config(_runs_day(tmp_path, RUNS), [], horizon=3, events_per_step=10, latency_events=latency)
+    ts = layout.open_day(layout.day_dir(tmp_path, layout.select_days(tmp_path, [])[0])).events["ts"]
+    due = np.array([11, 21]) + latency
+    assert arrivals(ts, due, np.array([21, 31])).tolist() == list(joined)
+    for use_c in (False, True) if compiled() else (False,):
+        market = ReplayMarket(cfg, use_c=use_c)
+        state = market.new_state(1)
+        market.reset_rows(state, np.arange(1), np.array([10], np.uint64))
+        assert state.start[0] == 11
+        for action in (Action.JOIN_BID, Action.JOIN_ASK):
+            market.step(state, np.array([action]))
+        assert tuple(state.own_join[0]) == joined and (state.own_size[0] > 0).all(), use_c
+
+
+def test_the_hindsight_bound_plans_on_the_book_its_orders_meet(tmp_path):
+    """A cheap ask seen half way through a message (the book after message 11 of the run 9-15) is not one an order
+    can take; the one at the end of message 21-24 is. The bound buys once, at step 1, at that price."""
+    cheap = (50, 5, 49, 5)
+    cfg = replay_config(_runs_day(tmp_path, [(9, 16), (21, 25)], {11: cheap, 24: cheap}), [], horizon=3,
+                        events_per_step=10, latency_events=1)  # fmt: skip
+    for use_c in (False, True) if compiled() else (False,):
+        market = ReplayMarket(cfg, use_c=use_c)
+        state = market.new_state(1)
+        market.reset_rows(state, np.arange(1), np.array([10], np.uint64))
+        sent = []
+        for _ in range(cfg.horizon):
+            sent.append(int(market.hindsight_actions(state)[0]))
+            market.step(state, np.array(sent[-1:]))
+        assert sent == [Action.HOLD, Action.MARKET_BUY, Action.HOLD], use_c
+        assert (state.position[0], state.cash[0]) == (1, -50), use_c
+        assert state.equity_usd[0] == pytest.approx((100.5 - 50) * cfg.usd_per_tick), use_c

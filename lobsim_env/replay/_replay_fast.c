@@ -14,7 +14,7 @@ its books in Python (same results, far slower).
 #include <stdint.h>
 #include <string.h>
 
-#define API 1
+#define API 2
 
 /* layout.EVENT_DTYPE, align=True: 56 bytes */
 typedef struct {
@@ -197,9 +197,13 @@ static void step(const ReplayDays *days, const ReplayParams *p, const ReplayStat
         const int64_t *book = days->book[day];
         int64_t k0 = st->start[r] + st->t[r] * E, depth0 = 0, signed_volume = 0;
         if (K) depth0 = near_mid_imbalance(book + (k0 - 1) * W, levels, st->last_mid2[r], K);
+        /* The order reaches the book at the end of the venue message it falls inside (the run of messages of the
+           time of the one before it), never past the step's end: market.py's `arrivals`, which says why. */
+        int64_t arrive = k0 + p->latency_events;
+        while (arrive < k0 + E && ev[arrive].ts == ev[arrive - 1].ts) arrive++;
         for (int64_t e = 0; e <= E; e++) {
             int64_t k = k0 + e;
-            if (e == p->latency_events) {
+            if (k == arrive) {
                 double fee = 0.0;
                 int64_t size0[2] = {st->own_size[2 * r], st->own_size[2 * r + 1]};
                 int64_t price0[2] = {st->own_price[2 * r], st->own_price[2 * r + 1]};

@@ -8,6 +8,9 @@ Semantics: docs/market.md, "LOBSTER replay", which this market keeps for every s
 - An episode is `horizon` steps of `events_per_step` messages of one day, from a start message drawn from the
   book's key (the day too, when there are several: `day = mix(key) % days`, `start = 1 + key % (n - 1 - span)`,
   so with one day the windows are LobsterMarket's). A window never crosses its day's end.
+- The agent's orders reach the book after `latency_events` messages of the step, moved on to the end of the venue
+  message they fell inside (`arrivals`: the run of messages sharing the timestamp of the last one before them), and
+  never past the step's end (docs/data.md, "The replay market").
 - The agent's marketable orders walk the displayed levels at the displayed prices and leave no trace.
 - Its passive order joins behind the displayed size at its price. L3 days (LOBSTER, Databento MBO): executions at
   its price consume the queue ahead, then fill it; cancels and deletions at its price shorten the queue only for
@@ -44,7 +47,7 @@ try:
     from lobsim_env.replay import _replay_fast as _C
 except ImportError:  # not built: the Python step, same results
     _C = None
-_API = 1
+_API = 2
 if _C is not None and getattr(_C, "API", None) != _API:
     warnings.warn(
         f"{_C.__file__} was built from another version of _replay_fast.c (API {getattr(_C, 'API', None)}, this code "
@@ -281,6 +284,30 @@ if _C is not None:
     )(_observe_addr)
 
 
+def arrivals(ts: np.ndarray, due: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """The message each order reaches the book before: an order due before message `due` (a step's first message
+    plus latency_events) waits for the end of the run of messages sharing the timestamp of message due - 1, so it
+    meets the book after a whole venue message (a Binance depth update is tens to hundreds of LEVEL messages of one
+    time; hftbacktest, like the venue, applies every event of a time before an order of that time), and at most
+    until `end` (the step's end: one past its last message).
+
+    Why the step's end caps it: a step keeps its events_per_step messages, so every window of one span covers the
+    same messages whatever the agent does, and the step's order is in the book when the next observation is taken
+    (that observation shows it resting, with its queue, and the step's reward has its fills). Its cost: a message
+    longer than what is left of the step is met where the step ends, in its middle, which is where the observation
+    stands too (a step of a fixed message count can end inside a message).
+
+    ts: one day's message times; due, end: int arrays (or ints) of one shape, due <= end, due >= 1. The run is of
+    consecutive messages of one time (no order of times is assumed). The C step scans the same run
+    (_replay_fast.c)."""
+    due, end = np.asarray(due, np.int64), np.asarray(end, np.int64)
+    lo, hi = int(due.min()) - 1, int(end.max())
+    times = np.asarray(ts[lo : hi + 1])
+    # the messages j in (lo, hi] whose time is not message j - 1's (each opens a run), then hi as a sentinel
+    starts = np.append(np.flatnonzero(times[1:] != times[:-1]) + lo + 1, hi)
+    return np.minimum(starts[np.searchsorted(starts, due, "left")], end)  # the first run opening at or after `due`
+
+
 def _mix(keys: np.ndarray) -> np.ndarray:
     """splitmix64's finaliser: the day of a key, independent of its start (key % choices)."""
     z = keys.astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15)
@@ -394,12 +421,14 @@ class ReplayMarket:
         n, os_ = cfg.position_limit // cfg.order_size, cfg.order_size
         t0 = state.t[rows].copy()
         steps = np.arange(H)
-        act_rows = state.start[rows, None] + steps[None, :] * E + cfg.latency_events - 1  # [R, H]
+        due = state.start[rows, None] + steps[None, :] * E + cfg.latency_events  # [R, H]
         end_rows = state.start[rows, None] + (steps[None, :] + 1) * E - 1
         ask, bid, ask_s, bid_s, mid = (np.zeros((len(rows), H)) for _ in range(5))
         for i, r in enumerate(rows):
-            book = self.days[state.day[r]].book
-            a, e = book[act_rows[i]], book[end_rows[i]]
+            day = self.days[state.day[r]]
+            book = day.book
+            a = book[arrivals(day.events["ts"], due[i], end_rows[i] + 1) - 1]  # the book each step's order meets
+            e = book[end_rows[i]]
             ask[i], ask_s[i], bid[i], bid_s[i] = a[:, 0], a[:, 1], a[:, 2], a[:, 3]
             ok = np.flatnonzero((e[:, 1] > 0) & (e[:, 3] > 0))  # a one-sided book has no mid: its neighbours' then
             mid[i] = np.interp(steps, ok, (e[ok, 0] + e[ok, 2]) / 2.0) if ok.size else state.last_mid2[r] / 2.0
@@ -524,9 +553,10 @@ class ReplayMarket:
             k0 = int(st.start[r] + st.t[r] * E)
             depth0 = self._near_mid(book[k0 - 1], levels, int(st.last_mid2[r]), K) if K else 0
             volume = 0
+            act = int(arrivals(ev["ts"], k0 + cfg.latency_events, k0 + E)) - k0  # the order's place in the step
             for e in range(E + 1):
                 k = k0 + e
-                if e == cfg.latency_events:
+                if e == act:
                     size0, price0, cash0 = st.own_size[r].copy(), st.own_price[r].copy(), int(st.cash[r])
                     q, f = self._act(st, r, book[k - 1], levels, int(actions[r]), k)
                     fills[r] += q
@@ -690,4 +720,4 @@ class ReplayMarket:
             out[:, 4 * L + OBS_FIXED + 1] = st.depth_flow_slow * sc
 
 
-__all__ = ["QUEUE_MODELS", "ReplayMarket", "ReplayState", "compiled", "contract_of", "replay_config"]
+__all__ = ["QUEUE_MODELS", "ReplayMarket", "ReplayState", "arrivals", "compiled", "contract_of", "replay_config"]
