@@ -35,7 +35,9 @@ class Plan:
     system_seconds: float = 40.0
     learn_seconds: float = 150.0
     walk_seconds: float = 90.0
-    """Training seconds of each walk-forward run (15 runs, five at once, inside one remote call)."""
+    """Training seconds of each walk-forward run (a run a fold and seed, five at once, inside one remote call)."""
+    walk_folds: str = "4,8,12"
+    """The walk-forward step's folds of the AMZN sample's 13 half hours."""
     python: str = "python3"
 
 
@@ -301,14 +303,14 @@ def _learn_real(plan: Plan) -> list[Job]:
 
 
 def _walkforward(plan: Plan) -> list[Job]:
-    """The walk-forward protocol on the AMZN sample's 13 half hours (benchmarks/bench_walkforward.py): folds 4, 8 and
-    12, a run a seed of each (serial roles, the runs sharing the GPU, five at once), walk_seconds of training."""
+    """The walk-forward protocol on the AMZN sample's 13 half hours (benchmarks/bench_walkforward.py): walk_folds (4,
+    8 and 12), a run a seed of each (serial roles, the runs sharing the GPU, five at once), walk_seconds of training."""
     prepare = [dataclasses.replace(j, argv=(plan.python, *j.argv[1:])) for j in _real_days("walkforward")]
-    rounds = -(-3 * len(plan.seeds) // 5)
+    rounds = -(-len(plan.walk_folds.split(",")) * len(plan.seeds) // 5)
     return [*prepare, Job(
         step="walkforward", label="amzn_blocks",
         argv=(plan.python, "benchmarks/bench_walkforward.py", "--data", REAL_CACHE, "--days", "AMZN", "--blocks", "13",
-              "--folds", "4,8,12", "--seeds", str(len(plan.seeds)), "--train-s", f"{plan.walk_seconds:g}",
+              "--folds", plan.walk_folds, "--seeds", str(len(plan.seeds)), "--train-s", f"{plan.walk_seconds:g}",
               "--parallel", "5", "--gpus", "1", "--episodes", "256", "--set", "market.horizon=200",
               "--out", "{tmp}/walkforward"),
         timeout_s=rounds * (plan.walk_seconds + 90) + 120, expect_s=rounds * (plan.walk_seconds + 45) + 60,
