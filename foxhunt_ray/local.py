@@ -129,8 +129,9 @@ def main(argv: list[str] | None = None) -> int:
 def next_commands(plan: driver.Plan, code: int) -> str:
     """The commands to try after a run, for its env and how it ended, each naming the run's own folder (OUT/latest
     moves with the next run). On the market: the report, a longer held-out evaluation, a resume, a longer run, the
-    cluster; on any other env (no held-out evaluation, baseline or oracle there): the report, a resume, the same
-    config on the next seed. No resume after a kill: that is refused (it would train past the kill)."""
+    cluster (on real days: every fold and seed of the walk-forward protocol, and a longer run of this fold); on any
+    other env (no held-out evaluation, baseline or oracle there): the report, a resume, the same config on the next
+    seed. No resume after a kill: that is refused (it would train past the kill)."""
     from actors.envs import is_market
     from actors.kill_rules import EXIT_KILLED
 
@@ -138,7 +139,25 @@ def next_commands(plan: driver.Plan, code: int) -> str:
     more = f"--time-limit-s {d.time_limit_s * 2:g}" if d.time_limit_s else f"--steps {d.steps * 2}"
     resume = ("train this run further", f"{py} -m foxhunt_ray.local --resume {run} {more}")
     further = [] if code == EXIT_KILLED else [resume]
-    if is_market(plan.config.env_id):
+    m = plan.config.market
+    if is_market(plan.config.env_id) and m.source == "replay":  # real days: the protocol's other folds and seeds
+        from foxhunt_ray.walkforward import fold_kind
+
+        def keys(names: tuple[str, ...]) -> str:  # the days' keys, their blocks' '#k' dropped
+            return ",".join(sorted({n.partition("#")[0] for n in names}))
+
+        data = f"--data {m.data} --days {keys((*m.days, *m.val_days, *m.eval_days))}"
+        data += f" --blocks {m.blocks}" * (m.blocks > 1)
+        data += f" --holdout {keys(m.eval_days)}" * fold_kind(m).startswith("cross")
+        data += f" --set market.horizon={m.horizon}"
+        pairs = [
+            ("plots and a table of the run", f"{py} -m foxhunt_ray.report {run}"),
+            ("every fold, 5 seeds", f"{py} benchmarks/bench_walkforward.py {data} --seeds 5"),
+            *further,
+            ("a longer run of this fold", f"{py} -m foxhunt_ray.local {data} --fold {d.fold} --time-limit-s 1800"),
+            ("the same job on a cluster", 'README.md, "On a Ray cluster" (ray job submit)'),
+        ]
+    elif is_market(plan.config.env_id):
         pairs = [
             ("plots and a table of the run", f"{py} -m foxhunt_ray.report {run}"),
             ("a longer held-out evaluation", f"{py} -m foxhunt_ray.evaluate {run} --episodes 256"),

@@ -67,6 +67,10 @@ def test_a_run_on_real_days_trains_before_its_validation_day_and_evaluates_on_th
     assert "Walk-forward, folds of days" in out
     assert re.search(r"\| 2 \| test/L2X/2024-08-10 \| \S+-tick \([\d.]+\) \| 1 \|", out)
     assert config["driver"]["keep_checkpoints"] == 0
+    days = "test/L2X/2024-08-08,test/L2X/2024-08-09,test/L2X/2024-08-10"
+    data = f"--data {two_dates.resolve()} --days {days} --set market.horizon=40"
+    assert f"benchmarks/bench_walkforward.py {data} --seeds 5" in out  # the next commands: the protocol's other folds
+    assert f"-m foxhunt_ray.local {data} --fold 2 --time-limit-s 1800" in out
     doc = json.loads((run_dir / "walkforward.json").read_text())
     record = doc["folds"][0]
     assert doc["kind"] == "days" and record["test_days"] == ["test/L2X/2024-08-10"] and record["episodes"] == 4

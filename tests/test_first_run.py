@@ -22,7 +22,7 @@ from actors.monitor import Monitor, read_diag, step_records
 from foxhunt_ray import driver, local, report
 from foxhunt_ray.loops import Progress
 from foxhunt_ray.plan import DriverConfig
-from lobsim_env import ENV_ID
+from lobsim_env import ENV_ID, MarketConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 CARTPOLE = [
@@ -167,7 +167,7 @@ def test_no_resume_command_after_a_kill_and_no_market_commands_elsewhere():
     plan = types.SimpleNamespace(
         driver=DriverConfig(steps=1_000_000, time_limit_s=240.0, rollout_workers=1),
         run_dir=Path("runs/abc/phase4_3-LOB-v0-s0-20261203T101500Z/0"),
-        config=types.SimpleNamespace(env_id=ENV_ID, seed=0),
+        config=types.SimpleNamespace(env_id=ENV_ID, seed=0, market=MarketConfig()),
         serial=False,
         out=Path("runs"),
     )
