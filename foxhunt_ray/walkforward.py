@@ -149,15 +149,16 @@ def score_fold(
         scores: dict[int, float] = {}
         if markets.validation is None:
             step, path = kept[-1]
+            agent, _ = load_agent(path, run, obs_dim=obs_dim, n_actions=n_actions)
             how = "newest (no validation period: fold 1)"
         else:
+            candidates = {}
             for step, path in kept:
-                agent, _ = load_agent(path, run, obs_dim=obs_dim, n_actions=n_actions)
-                scores[step] = markets.validate(agent, episodes)
+                candidates[step], _ = load_agent(path, run, obs_dim=obs_dim, n_actions=n_actions)
+                scores[step] = markets.validate(candidates[step], episodes)
             step = max(scores, key=lambda s: (scores[s], s))
-            path = dict(kept)[step]
+            agent = candidates[step]
             how = "best mean PnL on the validation windows"
-        agent, _ = load_agent(path, run, obs_dim=obs_dim, n_actions=n_actions)
         agents.append(agent)
         chosen.append({"run_dir": str(run_dir), "seed": run.seed, "step": step, "how": how, "validation_usd": scores})
         say(f"{run_dir}: checkpoint {step} ({how}{f': {scores[step]:+.2f} USD' if scores else ''})")
