@@ -126,6 +126,11 @@ def test_a_fold_picks_its_checkpoint_and_quoting_rule_on_validation_and_plays_th
     for key in ("usd_per_contract", "taker_fees_usd_mean", "maker_fees_usd_mean", "inventory_mean", "fill_rate"):
         assert key in policies["agent"] and key in policies["quoting"]
     assert policies["flat"]["inventory_mean"] == 0 and policies["flat"]["usd_per_contract"] is None
+    # scoring is a function of the checkpoints: the same runs scored again give the same record
+    again = walkforward.score_fold(fold_runs, episodes=4)
+    assert {k: v for k, v in again.items() if k not in ("created", "code_sha")} == {
+        k: v for k, v in record.items() if k not in ("created", "code_sha")
+    }
     # the fold's table and Holm's adjustment over folds
     two = walkforward.holm_across([record, json.loads(json.dumps(record))])
     assert two[0]["versus"][best]["p_holm"] == pytest.approx(min(1.0, 2 * record["versus"][best]["p_value"]))
