@@ -221,18 +221,8 @@ def evaluate_and_suggest(plan: driver.Plan, code: int, *, episodes: int) -> int:
     print(suggestions)
     pnl = {name: r["pnl_usd_mean"] for name, r in result["policies"].items()}
     if "oracle" not in pnl:  # a real day: no oracle; its yardsticks are flat, imbalance, quoting and hindsight
-        print(
-            f"heldout_pnl_usd={pnl['agent']:.2f} flat_usd={pnl['flat']:.2f} imbalance_usd={pnl['imbalance']:.2f} "
-            f"quoting_usd={pnl['quoting']:.2f} hindsight_usd={pnl['hindsight']:.2f} "
-            f"held_out={str(result['held_out']).lower()}",
-            flush=True,
-        )
-        v = result["vs_best_baseline"]  # the last line: the agent, the best simple rule, the interval of the gap
-        print(
-            f"heldout_pnl_usd={pnl['agent']:.2f} best_baseline_usd={pnl[v['baseline']]:.2f} "
-            f"ci95_low_usd={v['ci95_usd'][0]:.2f} ci95_high_usd={v['ci95_usd'][1]:.2f}",
-            flush=True,
-        )
+        v = result.get("vs_best_baseline")
+        _real_day_lines(pnl, result["held_out"], v and v["baseline"], v and v["ci95_usd"])
         return code
     agent, oracle = pnl["agent"], pnl["oracle"]
     fraction = result["oracle_fraction"]
@@ -264,18 +254,25 @@ def _score_fold(plan: driver.Plan, code: int, episodes: int, suggestions: str) -
     print(table([record], record["kind"]))
     print(suggestions)
     pnl = {name: r["pnl_usd_mean"] for name, r in record["policies"].items()}
+    best = record["best_baseline"]
+    _real_day_lines(pnl, True, best, record["versus"][best]["ci95_usd"])
+    return code
+
+
+def _real_day_lines(pnl: dict[str, float], held_out: bool, best: str | None, ci95: list[float] | None) -> None:
+    """The last two lines of a run on real days: every policy's PnL, then the agent, the best simple rule and the
+    interval of the gap between them (the last line; none where there is no interval: one window)."""
     print(
         f"heldout_pnl_usd={pnl['agent']:.2f} flat_usd={pnl['flat']:.2f} imbalance_usd={pnl['imbalance']:.2f} "
-        f"quoting_usd={pnl['quoting']:.2f} hindsight_usd={pnl['hindsight']:.2f} held_out=true",
+        f"quoting_usd={pnl['quoting']:.2f} hindsight_usd={pnl['hindsight']:.2f} held_out={str(held_out).lower()}",
         flush=True,
     )
-    v = record["versus"][record["best_baseline"]]  # the last line: the agent, the best rule, the gap's interval
-    print(
-        f"heldout_pnl_usd={pnl['agent']:.2f} best_baseline_usd={pnl[record['best_baseline']]:.2f} "
-        f"ci95_low_usd={v['ci95_usd'][0]:.2f} ci95_high_usd={v['ci95_usd'][1]:.2f}",
-        flush=True,
-    )
-    return code
+    if best is not None and ci95 is not None:
+        print(
+            f"heldout_pnl_usd={pnl['agent']:.2f} best_baseline_usd={pnl[best]:.2f} "
+            f"ci95_low_usd={ci95[0]:.2f} ci95_high_usd={ci95[1]:.2f}",
+            flush=True,
+        )
 
 
 def demo(argv: list[str]) -> int:

@@ -126,19 +126,12 @@ def score_fold(
     if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 2:
         raise EvaluationError(f"episodes={episodes!r} must be an int >= 2 (windows a test period)")
     say = progress or (lambda line: None)
-    runs = []
-    for d in run_dirs:
-        run, drv, _ = load_run(d)
-        if run.market.source != "replay" or not run.market.eval_days:
-            raise EvaluationError(
-                f"{d} trained on market.source={run.market.source!r} with eval_days={list(run.market.eval_days)}: "
-                "the walk-forward protocol scores runs on real days with a test period (--data with two periods or "
-                "more, or --holdout)"
-            )
-        runs.append((Path(d), run, drv))
+    runs = [(Path(d), *load_run(d)[:2]) for d in run_dirs]
+    try:
+        markets = FoldMarkets.of(runs[0][1].market, runs[0][2].fold)
+    except EvaluationError as err:
+        raise EvaluationError(f"{runs[0][0]} trained on {err}") from None
     _same_fold(runs)
-    base, fold = runs[0][1].market, runs[0][2].fold
-    markets = FoldMarkets.of(base, fold)
     obs_dim, n_actions, _ = market_spaces(markets.tests[0])
 
     chosen, agents = [], []
