@@ -188,6 +188,15 @@ def test_paired_seeds_resamples_seeds_and_windows_as_documented():
     wide = paired_seeds(spread, b, resamples=2000)
     narrow = paired(spread.mean(axis=0).reshape(-1), b.reshape(-1), resamples=2000)
     assert wide.ci95[1] - wide.ci95[0] > 3 * (narrow.ci95[1] - narrow.ci95[0])
+    # the p-value agrees with the interval: seeds that disagree (one gains 8, the others lose 1-2) over many windows
+    # whose noise is small: a test of the windows alone would call it; the seeds' spread does not
+    split = b[None] + np.array([8.0, -1.0, -2.0])[:, None, None] + rng.normal(0, 0.05, (3, 2, 5))
+    mixed = paired_seeds(split, b, resamples=4000)
+    assert mixed.ci95[0] < 0 < mixed.ci95[1] and mixed.p_value > 0.2
+    assert paired(split.mean(axis=0).reshape(-1), b.reshape(-1)).p_value < 0.01
+    for gap in (-3.0, -0.3, 0.0, 0.3, 3.0):
+        got = paired_seeds(spread + gap - 0.5, b, resamples=2000)
+        assert (got.p_value < 0.05) == (got.ci95[0] > 0 or got.ci95[1] < 0), (gap, got)
     with pytest.raises(ValueError, match=r"agent \[seeds, periods, windows\]"):
         paired_seeds(a[0], b)
 
