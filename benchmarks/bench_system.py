@@ -109,7 +109,8 @@ class GpuSampler:
 
 
 def system_run(args: argparse.Namespace, out: Path) -> dict:
-    argv = ["--preset", args.preset, "--steps", str(10**9), "--time-limit-s", str(args.seconds), "--quiet"]
+    steps = args.steps or 10**9
+    argv = ["--preset", args.preset, "--steps", str(steps), "--time-limit-s", str(args.seconds), "--quiet"]
     argv += ["--rollout-workers", str(args.rollout_workers), "--out", str(out), "--seed", str(args.seed)]
     argv += ["--checkpoint-every", str(10**9), "--broadcast-every", str(args.broadcast_every)]
     argv += ["--max-payloads-waiting", str(args.max_payloads_waiting)]
@@ -270,6 +271,8 @@ def main() -> None:
     mode.add_argument("--transport", action="store_true", help="the wire's cost per transition")
     p.add_argument("--preset", default=None)
     p.add_argument("--seconds", type=float, default=None, help="training time (--time-limit-s)")
+    p.add_argument("--steps", type=int, default=None,
+                   help="end at this many updates, or at --seconds if sooner (a slow start then shortens no run)")
     p.add_argument("--rollout-workers", type=int, default=None)
     p.add_argument("--envs-per-worker", type=int, default=None)
     p.add_argument("--steps-per-sample", type=int, default=None)
