@@ -28,7 +28,8 @@ Steps (run in the order given, each a named folder of logs and JSON under the ou
   (`foxhunt_ray.local --data CACHE --days AMZN --blocks 13 --set market.horizon=200 --time-limit-s 150
   --eval-episodes 256`).
 - walkforward: the walk-forward protocol on those half hours, folds 4, 8 and 12, a run a seed of each sharing the
-  GPU five at once (`benchmarks/bench_walkforward.py --days AMZN --blocks 13 --parallel 5 --gpus 1`).
+  GPU five at once (`benchmarks/bench_walkforward.py --days AMZN --blocks 13 --parallel 5 --gpus 1`); `--walk-days
+  AAPL,GOOG` runs it on other sample days, one bench run each.
 - rllib: RLlib's PPO on the same host, one run a seed (`benchmarks/bench_rllib.py --sizing gpu_host`).
   BENCHMARKS.md, "RLlib's PPO on the same machine".
 - census: the captured update's launches, counted on the CPU (`gpu_check.py census`): runs anywhere.

@@ -23,6 +23,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--learn-seconds", type=float, default=150.0, help="training time of each learn run (150)")
     p.add_argument("--walk-seconds", type=float, default=90.0, help="training time of each walkforward run (90)")
     p.add_argument("--walk-folds", default="4,8,12", help="the walkforward step's folds (4,8,12)")
+    p.add_argument("--walk-days", default="AMZN", help="the walkforward step's sample tickers (AMZN; e.g. AAPL,GOOG)")
     p.add_argument("--budget-s", type=float, default=None,
                    help="skip a step (or a seed) that could not end by its time limit inside this many seconds")
     p.add_argument("--out", default=None, help="output folder (default $OUT, else gpu_host_out/<UTC stamp>)")
@@ -41,7 +42,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     plan = Plan(seeds=tuple(args.seeds), system_seconds=args.system_seconds, learn_seconds=args.learn_seconds,
-                walk_seconds=args.walk_seconds, walk_folds=args.walk_folds, python=args.python)
+                walk_seconds=args.walk_seconds, walk_folds=args.walk_folds,
+                walk_days=args.walk_days, python=args.python)
     if args.list:
         for job in plan_steps(list(STEPS), plan):
             print(f"{job.step:9s} {job.label:16s} limit {job.timeout_s:4.0f} s  {' '.join(job.argv)}")

@@ -37,7 +37,9 @@ class Plan:
     walk_seconds: float = 90.0
     """Training seconds of each walk-forward run (a run a fold and seed, five at once, inside one remote call)."""
     walk_folds: str = "4,8,12"
-    """The walk-forward step's folds of the AMZN sample's 13 half hours."""
+    """The walk-forward step's folds of each sample day's 13 half hours."""
+    walk_days: str = "AMZN"
+    """The LOBSTER sample days (tickers) the walk-forward step runs on, one bench run each."""
     python: str = "python3"
 
 
@@ -303,19 +305,20 @@ def _learn_real(plan: Plan) -> list[Job]:
 
 
 def _walkforward(plan: Plan) -> list[Job]:
-    """The walk-forward protocol on the AMZN sample's 13 half hours (benchmarks/bench_walkforward.py): walk_folds (4,
-    8 and 12), a run a seed of each (serial roles, the runs sharing the GPU, five at once), walk_seconds of training."""
+    """The walk-forward protocol on a LOBSTER sample day's 13 half hours (benchmarks/bench_walkforward.py), one bench
+    run a ticker of walk_days (AMZN): walk_folds (4, 8 and 12), a run a seed of each (serial roles, the runs sharing
+    the GPU, five at once), walk_seconds of training."""
     prepare = [dataclasses.replace(j, argv=(plan.python, *j.argv[1:])) for j in _real_days("walkforward")]
     rounds = -(-len(plan.walk_folds.split(",")) * len(plan.seeds) // 5)
-    return [*prepare, Job(
-        step="walkforward", label="amzn_blocks",
-        argv=(plan.python, "benchmarks/bench_walkforward.py", "--data", REAL_CACHE, "--days", "AMZN", "--blocks", "13",
+    return [*prepare, *(Job(
+        step="walkforward", label=f"{ticker.lower()}_blocks",
+        argv=(plan.python, "benchmarks/bench_walkforward.py", "--data", REAL_CACHE, "--days", ticker, "--blocks", "13",
               "--folds", plan.walk_folds, "--seeds", str(len(plan.seeds)), "--train-s", f"{plan.walk_seconds:g}",
               "--parallel", "5", "--gpus", "1", "--episodes", "256", "--set", "market.horizon=200",
               "--out", "{tmp}/walkforward"),
         timeout_s=rounds * (plan.walk_seconds + 90) + 120, expect_s=rounds * (plan.walk_seconds + 45) + 60,
         collect=_walkforward_collect,
-    )]  # fmt: skip
+    ) for ticker in plan.walk_days.split(","))]  # fmt: skip
 
 
 def _learn(plan: Plan) -> list[Job]:
