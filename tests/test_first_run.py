@@ -1,16 +1,13 @@
 """What a new user sees from a fresh clone: the progress bar of a time-budgeted run, the throughput plot of a
 starved run beside a healthy one, a CartPole run's report and next commands, a resume that would train nothing,
-`evaluate` handed OUT/latest that points at a run of another env, and the log of a Ray run (no error-level line,
-no token warning)."""
+`evaluate` handed OUT/latest that points at a run of another env. The log of a Ray run (no error-level line, no
+token warning) is tests/test_network.py's run."""
 
 from __future__ import annotations
 
 import io
 import json
-import os
 import re
-import subprocess
-import sys
 import types
 from pathlib import Path
 
@@ -234,25 +231,3 @@ def test_resume_to_steps_already_trained_says_so_and_changes_nothing(tmp_path, c
         "or leave --steps out to go on towards the run's own 1,000,000 updates (for at most another 1 s of training: "
         "--time-limit-s S sets another budget)"
     ) in err, err
-
-
-# ---------------------------------------------------------------------------------------------------- a Ray run's log
-
-
-@pytest.mark.slow
-def test_a_ray_run_logs_no_error_level_line_and_no_token_warning(tmp_path):
-    """The bare Ray run's log: Ray logged an error-level line for every run ("Actor ... has constructor arguments in
-    the object store and max_restarts > 0", the rollout actors' weights) and a warning that token authentication
-    was turned on. The weights now come with each sample call (restarts: tests/test_faults_ray.py) and local sets
-    RAY_AUTH_MODE=token, what Ray picks, itself. A process of its own: Ray logs the first line once a process."""
-    env = {k: v for k, v in os.environ.items() if k not in ("RAY_AUTH_MODE", "RAY_ADDRESS")}
-    cmd = [sys.executable, "-m", "foxhunt_ray.local", "--preset", "smoke", "--steps", "30", "--rollout-workers", "2",
-           "--no-eval", "--quiet", "--out", str(tmp_path / "runs")]  # fmt: skip
-    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    log = done.stdout + done.stderr
-    assert done.returncode == 0, log[-3000:]
-    assert "constructor arguments in the object store" not in log, log[-3000:]
-    assert not re.search(r"^\[[^\]]* E \d+ \d+\]", log, re.M), log[-3000:]  # Ray's own error-level lines
-    assert "Token authentication is enabled" not in log, log[-3000:]
-    run_dir = next((tmp_path / "runs").glob("*/*/0"))
-    assert json.loads((run_dir / "summary.json").read_text())["step"] == 30

@@ -1,41 +1,20 @@
 """What a local run exposes on the network: `python -m foxhunt_ray.local` starts a Ray instance of its own whose
 every listening socket is on loopback (issue 14, class 2). Ray's processes are listed from /proc, the run's process
-tree only (other Ray instances on the machine are not looked at)."""
+tree only (other Ray instances on the machine are not looked at). The same run's log has no error-level line."""
 
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 import sys
-import textwrap
+import time
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-
-CHILD = textwrap.dedent(
-    """
-    import json, os, sys, time
-    sys.path.insert(0, sys.argv[1])
-    from tests.test_network import listeners
-    from foxhunt_ray import local
-    local._ray_init()
-    import ray
-
-    @ray.remote
-    class Echo:
-        def ping(self):
-            return 1
-
-    echo = Echo.remote()
-    ray.get(echo.ping.remote())
-    time.sleep(3)  # the dashboard's agents open their ports after start-up
-    print(json.dumps({"listeners": listeners(os.getpid()), "node_ip": ray.util.get_node_ip_address()}))
-    ray.shutdown()
-    """
-)
-
 
 def _tree(root: int) -> set[int]:
     children: dict[int, list[int]] = {}
@@ -99,18 +78,39 @@ def loopback(address: str) -> bool:
 
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="lists sockets from Linux's /proc")
-def test_a_local_run_listens_on_loopback_only_and_joins_no_running_cluster():
-    # RAY_ADDRESS points at a cluster that is not there: plain ray.init() would try to join it and fail
-    env = {**__import__("os").environ, "RAY_ADDRESS": "127.0.0.1:1"}
-    env.pop("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", None)
-    done = subprocess.run(
-        [sys.executable, "-c", CHILD, str(ROOT)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=240
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    report = json.loads(done.stdout.strip().splitlines()[-1])
-    assert report["node_ip"] == "127.0.0.1"
-    found = report["listeners"]
-    assert {"gcs_server", "raylet"} <= {row["process"] for row in found}, found
-    exposed = [row for row in found if not loopback(row["address"])]
+def test_a_local_run_listens_on_loopback_only_joins_no_cluster_and_logs_no_error_level_line(tmp_path):
+    """The README's first command, shortened, with RAY_ADDRESS pointing at a cluster that is not there (plain
+    ray.init() would try to join it and fail): it starts a Ray of its own and says so; every socket its process
+    tree listens on while it runs (looked at every 0.2 s: GCS, raylet, the dashboard and its agents, the actors) is
+    on loopback. And its log, what a new user reads first: Ray logged an error-level line for every run ("Actor ...
+    has constructor arguments in the object store and max_restarts > 0", the rollout actors' weights) and a
+    warning that token authentication was turned on. The weights now come with each sample call (restarts:
+    tests/test_faults_ray.py) and local sets RAY_AUTH_MODE=token, what Ray picks, itself. A process of its own:
+    Ray logs the first line once a process."""
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_AUTH_MODE", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER")}
+    env["RAY_ADDRESS"] = "127.0.0.1:1"
+    cmd = [sys.executable, "-m", "foxhunt_ray.local", "--preset", "smoke", "--steps", "30", "--rollout-workers", "2",
+           "--no-eval", "--quiet", "--out", str(tmp_path / "runs")]  # fmt: skip
+    found: dict[tuple[str, str], None] = {}
+    with open(tmp_path / "log", "w+") as log:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
+        try:
+            while proc.poll() is None:
+                found.update(dict.fromkeys((row["process"], row["address"]) for row in listeners(proc.pid)))
+                time.sleep(0.2)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait(timeout=60)
+        log.seek(0)
+        text = log.read()
+    assert proc.returncode == 0, text[-3000:]
+    assert "starts its own Ray on this machine" in text, text[-3000:]
+    assert {"gcs_server", "raylet"} <= {process for process, _ in found}, found
+    exposed = [(process, address) for process, address in found if not loopback(address)]
     assert not exposed, f"listening beyond loopback: {exposed}"
-    assert "starts its own Ray on this machine" in done.stderr
+    assert "constructor arguments in the object store" not in text, text[-3000:]
+    assert not re.search(r"^\[[^\]]* E \d+ \d+\]", text, re.M), text[-3000:]  # Ray's own error-level lines
+    assert "Token authentication is enabled" not in text, text[-3000:]
+    run_dir = next((tmp_path / "runs").glob("*/*/0"))
+    assert json.loads((run_dir / "summary.json").read_text())["step"] == 30
