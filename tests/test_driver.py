@@ -43,20 +43,20 @@ def assert_steps(run_dir: Path, last: int) -> list[dict]:
 
 
 def test_serial_smoke_run(tmp_path):
-    code, run_dir = run(tmp_path, "--steps", "300", "--checkpoint-every", "100")
+    code, run_dir = run(tmp_path, "--steps", "120", "--checkpoint-every", "40")
     assert code == 0
-    steps = assert_steps(run_dir, 300)
+    steps = assert_steps(run_dir, 120)
     sha = run_dir.parents[1].name  # OUT/<code_sha>/<name>/<fold>
     assert sha.startswith(provenance.code_sha().split("-")[0][:8])  # a git commit here (or content hash)
     assert all(r["code_sha"] == sha and r["preset"] == "smoke" and r["fold"] == 0 for r in steps)
-    assert steps[-1]["env_steps"] == 300 * 4 * 16  # smoke: 4 books x 16 steps per batch
+    assert steps[-1]["env_steps"] == 120 * 4 * 16  # smoke: 4 books x 16 steps per batch
     assert {r["worker_index"] for r in steps} == {0, 1}
     assert all(r["policy_lag"] <= 4 for r in steps)  # broadcast every 4 updates
     s = summary(run_dir)
-    assert s["status"] == "done" and s["exit_code"] == 0 and s["step"] == 300
+    assert s["status"] == "done" and s["exit_code"] == 0 and s["step"] == 120
     cfg = json.loads((run_dir / "config.json").read_text())
-    assert cfg["code_sha"] == sha and cfg["run"]["preset"] == "smoke" and cfg["driver"]["steps"] == 300
-    assert [s for s, _ in list_checkpoints(run_dir)] == [200, 300]  # the newest two
+    assert cfg["code_sha"] == sha and cfg["run"]["preset"] == "smoke" and cfg["driver"]["steps"] == 120
+    assert [s for s, _ in list_checkpoints(run_dir)] == [80, 120]  # the newest two
 
 
 def test_time_limit_ends_the_run_done_with_a_checkpoint(tmp_path, monkeypatch):
