@@ -638,3 +638,16 @@ def test_an_interrupt_inside_a_learner_and_monitor_pair_is_handled_after_both_ar
             time.sleep(0.05)
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def test_cartpole_trains_through_ray_actors(tmp_path, ray_local):
+    """Another Gymnasium env (tests/test_env_id.py) through the rollout, learner and monitor actors: here, where this
+    file's Ray instance already runs."""
+    from actors.episode_stats import EPISODE_RETURN_MEAN
+    from tests.test_env_id import run_cartpole
+
+    code, _, lines = run_cartpole(tmp_path, "--steps", "40", serial=False)
+    assert code == 0 and [r["step"] for r in lines] == list(range(1, 41))
+    assert {r["worker_index"] for r in lines} == {0, 1}
+    assert all("pnl_cum_usd" not in r for r in lines) and lines[-1]["episodes"] > 0
+    assert EPISODE_RETURN_MEAN in lines[-1]

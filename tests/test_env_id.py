@@ -1,7 +1,8 @@
 """Any registered Gymnasium env with a 1-D Box observation and a Discrete action space trains by id (--env-id):
 the NEXT_STEP valid mask on a SyncVectorEnv, the refusals (unknown id, module not importable, Box actions,
-non-Box observations, a vector env that autoresets otherwise), CartPole-v1 end to end in serial and Ray mode
-with episode returns and no pnl, and a learning check against the random policy."""
+non-Box observations, a vector env that autoresets otherwise), CartPole-v1 end to end in serial mode with
+episode returns and no pnl (Ray mode: tests/test_driver.py, on its Ray instance), and a learning check against the
+random policy."""
 
 from __future__ import annotations
 
@@ -234,13 +235,3 @@ def test_cartpole_learns_clearly_above_the_random_policy(tmp_path, one_torch_thr
     first = next(r[EPISODE_RETURN_MEAN] for r in lines if EPISODE_RETURN_MEAN in r)
     assert first < 35 and lines[-1][EPISODE_RETURN_MEAN] > 60, (first, lines[-1][EPISODE_RETURN_MEAN])
 
-
-# ---------------------------------------------------------------- Ray mode, in-process
-
-
-def test_cartpole_trains_through_ray_actors(tmp_path, ray_local):
-    code, _, lines = run_cartpole(tmp_path, "--steps", "40", serial=False)
-    assert code == 0 and [r["step"] for r in lines] == list(range(1, 41))
-    assert {r["worker_index"] for r in lines} == {0, 1}
-    assert all("pnl_cum_usd" not in r for r in lines) and lines[-1]["episodes"] > 0
-    assert EPISODE_RETURN_MEAN in lines[-1]
