@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from actors.files import write_atomic
+from actors.files import MAX_DIAG_BYTES, open_run_file, read_bounded, write_atomic
 from actors.kill_rules import EXIT_ERROR, EXIT_KILLED, EXIT_OK, KillConfig, KillDecision, KillRules
 from actors.tensorboard import EventWriter
 from lobsim_env.validation import InputError
@@ -136,8 +136,8 @@ def read_diag(path: str | Path) -> list[dict]:
     """Every record of a diag.jsonl, non-finite strings back to floats. A partial last line (a crashed run) is
     skipped with a warning; any other bad line raises DiagFileError naming file and line."""
     path = Path(path)
-    try:
-        data = path.read_bytes()
+    try:  # a regular file of at most MAX_DIAG_BYTES: a FIFO or /dev/zero is named, not read forever
+        data = read_bounded(path, MAX_DIAG_BYTES, what="diag file", fix="pass a run's diag.jsonl", error=DiagFileError)
     except OSError as err:
         raise DiagFileError(f"cannot read diag file {path}: {err}; pass a run's diag.jsonl") from None
     records, end = _parse_lines(path, data)
@@ -225,7 +225,7 @@ class Monitor:
         self.repaired_bytes = 0
         self.dropped_lines = 0
         self._resume(resume_at)
-        self._fd = os.open(self.diag_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._fd = open_run_file(self.diag_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)  # no link
 
     @property
     def last_step(self) -> int:
@@ -244,7 +244,8 @@ class Monitor:
                     "point --resume at the run folder that holds the checkpoint's diag.jsonl"
                 )
             return
-        data = self.diag_path.read_bytes()
+        fix = f"remove it (rm {self.diag_path}) or put the run's own diag.jsonl there; nothing was written"
+        data = read_bounded(self.diag_path, MAX_DIAG_BYTES, follow=False, fix=fix, error=DiagFileError)
         records, end = _parse_lines(self.diag_path, data)
         cut = end
         if end < len(data):  # a crash mid-write: keep every complete line, drop the torn tail
@@ -264,9 +265,12 @@ class Monitor:
                     resume_at,
                 )
                 records = records[:keep]
-        if cut < len(data):
-            with open(self.diag_path, "r+b") as f:
-                f.truncate(cut)
+        if cut < len(data):  # through no link: a link would cut the file it points at
+            fd = open_run_file(self.diag_path, os.O_WRONLY)
+            try:
+                os.ftruncate(fd, cut)
+            finally:
+                os.close(fd)
         steps = step_records(records)
         if resume_at is not None and (steps[-1]["step"] if steps else 0) < resume_at:
             raise DiagFileError(

@@ -104,7 +104,7 @@ class EventWriter:
         name = f"{EVENTS_PREFIX}.{int(time.time())}.{socket.gethostname()}.{os.getpid()}.{next(_FILES)}"
         self.path = Path(log_dir) / name  # one file per writer, even two in one process and second
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = open(self.path, "ab")  # held for the writer's life, closed by close()
+        self._file = open(self.path, "xb")  # a new file (never through a link); held for the writer's life
         self._file.write(record(event(time.time(), file_version="brain.Event:2")))
         if restart_at is not None:
             self._file.write(record(session_start(time.time(), restart_at + 1)))

@@ -44,7 +44,7 @@ from pathlib import Path
 
 from actors.checkpoints import list_checkpoints
 from actors.envs import EnvSpaces, is_market, probe_env
-from actors.files import disk_full, remove_tmp_files, write_atomic
+from actors.files import MAX_DIAG_BYTES, MAX_TEXT_BYTES, disk_full, read_bounded, remove_tmp_files, write_atomic
 from actors.kill_rules import EXIT_ERROR, EXIT_OK
 from actors.monitor import DIAG_FILE, SUMMARY_FILE, DiagFileError, Monitor, load_baseline, read_diag, step_records
 from foxhunt_ray import provenance, run_folder
@@ -310,7 +310,7 @@ def read_config_file(path: str) -> tuple[dict[str, str], list[str]]:
     entry) is accepted as is. UsageError naming the file and the fix when it cannot be read."""
     file = Path(path)
     try:
-        text = file.read_text()
+        text = read_bounded(file, MAX_TEXT_BYTES).decode()  # a FIFO, /dev/zero: named, not read
         doc = tomllib.loads(text) if file.suffix == ".toml" else json.loads(text)
     except (OSError, UnicodeDecodeError, ValueError) as err:  # JSONDecodeError and TOMLDecodeError are ValueErrors
         raise UsageError(
@@ -467,7 +467,7 @@ def check_fresh(run_dir: Path) -> str | None:
             "or pick another --name, --out or --fold"
         )
     diag = run_dir / DIAG_FILE
-    n = diag.read_bytes().count(b"\n") if diag.exists() else 0
+    n = read_bounded(diag, MAX_DIAG_BYTES).count(b"\n") if diag.exists() else 0
     return (
         f"run folder {run_dir} holds a run that ended before its first checkpoint ({n} diag lines, nothing to "
         "resume from): a new run replaces it"
@@ -777,7 +777,7 @@ def _ended(run_dir: Path, status: str) -> dict | None:
     """The run's summary.json when it ended with `status` ('done', 'killed') at a whole step; None otherwise (or
     when the file says nothing)."""
     try:
-        summary = json.loads((run_dir / SUMMARY_FILE).read_text())
+        summary = json.loads(read_bounded(run_dir / SUMMARY_FILE, MAX_TEXT_BYTES))
     except (OSError, ValueError):
         return None
     if isinstance(summary, dict) and summary.get("status") == status and isinstance(summary.get("step"), int):
@@ -995,9 +995,8 @@ def _open_run(plan: Plan, stamp: dict) -> Monitor:
             (plan.run_dir / SUMMARY_FILE).unlink(missing_ok=True)
         write_config(plan)
     elif plan.config_change:
-        accept_config_change(
-            plan.run_dir, (plan.run_dir / CONFIG_FILE).read_text(), plan.resume_step, list(plan.config_change)
-        )
+        text = run_folder.read_run_file(plan.run_dir / CONFIG_FILE)
+        accept_config_change(plan.run_dir, text, plan.resume_step, list(plan.config_change))
     if plan.out is not None and (note := point_latest(plan.out, plan.run_dir)) is not None:
         print(f"note: {note}", file=sys.stderr, flush=True)
     if plan.driver.storage:  # the config files now: storage that cannot be written fails before the run trains

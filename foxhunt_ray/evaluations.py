@@ -14,12 +14,12 @@ Light on purpose (json and pathlib only): the report command reads records witho
 from __future__ import annotations
 
 import json
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from actors.files import MAX_TEXT_BYTES, read_bounded, write_atomic
 from lobsim_env.validation import InputError
 
 EVALUATIONS_DIR = "evaluations"
@@ -167,12 +167,9 @@ def record_name(record: dict[str, Any]) -> str:
 
 def write_json(path: Path, doc: dict[str, Any]) -> None:
     """Atomic: a temporary file beside it, then os.replace, so a reader never sees half a file."""
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        tmp.write_text(json.dumps(doc, indent=2, allow_nan=False) + "\n")
-        os.replace(tmp, path)
-    except OSError as err:
-        tmp.unlink(missing_ok=True)
+    try:  # never through a link planted at its .tmp name
+        write_atomic(path, json.dumps(doc, indent=2, allow_nan=False) + "\n")
+    except (OSError, ValueError) as err:
         raise EvaluationRecordError(f"cannot write {path} ({err}); pass a writable --out") from None
 
 
@@ -227,8 +224,8 @@ def read_record(path: Path, run_dir: Path) -> dict[str, Any]:
         f"re-run python -m foxhunt_ray.evaluate {run_dir} with that evaluation's options to rewrite it, or move "
         f"the file out of {path.parent} (the other records are read as they are)"
     )
-    try:
-        doc = json.loads(path.read_text())
+    try:  # a FIFO or /dev/zero is named, not read
+        doc = json.loads(read_bounded(path, MAX_TEXT_BYTES))
     except (OSError, ValueError) as err:
         raise EvaluationRecordError(f"{path}: not a readable evaluation record ({err}); {fix}") from None
     if not isinstance(doc, dict):

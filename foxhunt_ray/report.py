@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from actors.files import MAX_TEXT_BYTES, kind_of, read_bounded
 from actors.kill_rules import RULE_DUELING, RULE_NON_FINITE, RULE_PNL, RULE_QPA, KillConfig
 from actors.monitor import DIAG_FILE, SUMMARY_FILE, DiagFileError, read_diag
 from foxhunt_ray.evaluations import (
@@ -143,10 +144,10 @@ class Run:
 
 
 def _read_json(path: Path, what: str, fix: str) -> dict | None:
-    if not path.exists():
+    if not os.path.lexists(path):
         return None
-    try:
-        doc = json.loads(path.read_text())
+    try:  # a FIFO or /dev/zero is named, not read
+        doc = json.loads(read_bounded(path, MAX_TEXT_BYTES))
     except (OSError, ValueError) as err:
         raise ReportError(f"{path}: {what} is not readable JSON ({err}); {fix}") from None
     if not isinstance(doc, dict):
@@ -217,11 +218,12 @@ def load_run(run_dir: str | Path) -> Run:
     else:
         path = resolve_run_dir(run_dir)
     if not path.is_dir():
+        what = "does not exist" if kind_of(path) == "missing" else f"is {kind_of(path)}, not a folder"
         raise ReportError(
-            f"run folder {path} does not exist: pass a run folder OUT/<code_sha>/<name>/<fold>/ (e.g. runs/latest)"
+            f"run folder {path} {what}: pass a run folder OUT/<code_sha>/<name>/<fold>/ (e.g. runs/latest)"
         )
     diag_path = path / DIAG_FILE
-    if not diag_path.is_file():
+    if not os.path.lexists(diag_path):  # anything else there (a FIFO, a link to /dev/zero): read_diag names it
         below = _runs_below(path)
         hint = (
             "it holds the run folders " + ", ".join(str(p) for p in below[:8]) + (" …" if len(below) > 8 else "")

@@ -46,7 +46,14 @@ from actors.checkpoints import (
     load_problem,
     read_checkpoint,
 )
-from actors.files import write_atomic
+from actors.files import (
+    MAX_TEXT_BYTES,
+    RunFileError,
+    kind_of,
+    open_run_file,
+    read_bounded,
+    write_atomic,
+)
 from actors.monitor import SUMMARY_FILE
 from foxhunt_ray.config import RunConfig, from_dict
 from foxhunt_ray.plan import DriverConfig
@@ -85,9 +92,19 @@ class RunLock:
         """Locks run_dir (creating it); raises RunFolderError naming the holder when another process writes it."""
         lock = cls(run_dir)
         lock.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(lock.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:  # never through a link: the holder's note would overwrite the file it points at
+            fd = open_run_file(lock.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except RunFileError as err:
+            raise RunFolderError(f"run folder {lock.path.parent}: {err}") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if (link := linked_file(lock.path.parent)) is not None:  # checked under the lock: no writer moves it
+                raise RunFolderError(
+                    f"run folder {lock.path.parent}: {link} is {kind_of(link, follow=False)}: a run folder's files "
+                    "must be regular files, not links (the run would write into the file it points at, or read "
+                    f"another run's); remove the link (rm {link}) or put the file itself there, then run this "
+                    "again; nothing was written"
+                )
         except BlockingIOError:
             os.close(fd)
             raise RunFolderError(
@@ -109,7 +126,7 @@ class RunLock:
     def holder(self) -> str:
         """'pid P on host H (since T)' from the lock file, as far as it can be read."""
         try:
-            me = json.loads(self.path.read_text())
+            me = json.loads(read_bounded(self.path, follow=False))
             return f"pid {me['pid']} on host {me['host']} (since {me['since']})"
         except (OSError, ValueError, KeyError, TypeError):
             return "another process (its pid is not recorded yet)"
@@ -128,6 +145,27 @@ class RunLock:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+LINKS_CHECKED_BELOW = (CHECKPOINT_DIR, "evaluations")
+"""The folders of a run folder whose files are checked for links too (linked_file)."""
+
+
+def linked_file(run_dir: str | Path) -> Path | None:
+    """The first entry of run_dir (or of its checkpoints/ and evaluations/) that is a symbolic link, other than a
+    link to a folder (a checkpoints/ kept on another disk): a link where the run writes would have it write
+    through the link (a dangling one would be created where it points). None when there is none."""
+    run_dir = Path(run_dir)
+    folders = [run_dir, *(run_dir / d for d in LINKS_CHECKED_BELOW)]
+    for folder in folders:
+        try:
+            entries = sorted(os.scandir(folder), key=lambda e: e.name)
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        for entry in entries:
+            if entry.is_symlink() and not entry.is_dir(follow_symlinks=True):
+                return Path(entry.path)
+    return None
 
 
 # ---- config.json -------------------------------------------------------------------------------------------
@@ -184,10 +222,36 @@ def missing_config(run_dir: str | Path) -> RunFolderError:
     )
 
 
+def not_a_folder(run_dir: str | Path) -> RunFolderError | None:
+    """The error for a RUN_DIR that exists but is no folder (a file, a FIFO, /dev/zero or a link to one); None
+    for a folder, or a path that does not exist (missing_config names that)."""
+    kind = kind_of(run_dir)
+    if kind in ("a folder", "missing"):
+        return None
+    return RunFolderError(
+        f"{run_dir} is {kind}, not a run folder: pass a run folder OUT/<code_sha>/<name>/<fold>/ written by "
+        "`python -m foxhunt_ray.local` or `foxhunt_ray.job` (it holds config.json and checkpoints/), or OUT/latest"
+    )
+
+
+def read_run_file(path: str | Path, limit: int = MAX_TEXT_BYTES) -> str:
+    """The text of a run folder's file (config.json, config.written.json, config.sha256, summary.json, ...),
+    read_bounded: RunFolderError when it is not a regular file, is over `limit` or not UTF-8 text, naming the file
+    and the fix; FileNotFoundError (and other OSErrors of the open) as they are."""
+    fix = "it is not what a run writes there: put back the run's own file (a backup, its --storage copy)"
+    try:
+        data = read_bounded(path, limit, fix=fix, error=RunFolderError)
+        return data.decode()
+    except UnicodeDecodeError as err:
+        raise RunFolderError(f"{path} is not UTF-8 text ({err.reason} at byte {err.start}); {fix}") from None
+
+
 def _read_config(run_dir: Path, missing_ok: bool) -> tuple[dict | None, str]:
     path = run_dir / CONFIG_FILE
+    if (bad := not_a_folder(run_dir)) is not None:
+        raise bad
     try:
-        text = path.read_text()
+        text = read_run_file(path)
     except FileNotFoundError:
         if missing_ok and not run_files(run_dir):
             return None, ""
@@ -267,16 +331,24 @@ def config_changes(run_dir: str | Path, text: str) -> list[str] | None:
     """How config.json's text differs from the config the run recorded: None when the run recorded none (older
     code), [] when it is the same (or only its layout changed), else one 'field: written -> now' per field."""
     run_dir = Path(run_dir)
-    hash_path = run_dir / CONFIG_HASH_FILE
-    if not hash_path.exists():
-        return None
-    recorded = hash_path.read_text().split()[:1]
-    if recorded == [_sha256(text.encode())]:
-        return []
+    hash_path, written_path = run_dir / CONFIG_HASH_FILE, run_dir / CONFIG_WRITTEN_FILE
+    if not os.path.lexists(hash_path):
+        if not os.path.lexists(written_path):
+            return None
+        # config.sha256 deleted, config.written.json kept: compared with that, field by field
+        differs = f"config.json differs from {CONFIG_WRITTEN_FILE} ({CONFIG_HASH_FILE} is missing)"
+    else:
+        try:
+            recorded = read_run_file(hash_path).split()[:1]
+        except (OSError, ValueError) as err:
+            return [f"({CONFIG_HASH_FILE} is unreadable: {err})"]
+        if recorded == [_sha256(text.encode())]:
+            return []
+        differs = f"config.json's hash differs from {CONFIG_HASH_FILE}"
     try:
-        written = json.loads((run_dir / CONFIG_WRITTEN_FILE).read_text())
+        written = json.loads(read_run_file(written_path))
     except (OSError, ValueError) as err:
-        return [f"(config.json's hash differs from {CONFIG_HASH_FILE}, and {CONFIG_WRITTEN_FILE} is unreadable: {err})"]
+        return [f"({differs}, and {CONFIG_WRITTEN_FILE} is unreadable: {err})"]
     old, new = _flat(written), _flat(json.loads(text))
     missing = object()
     return [
@@ -290,7 +362,7 @@ def accept_config_change(run_dir: str | Path, text: str, step: int, changes: lis
     """config.json as it is now becomes the recorded config; config_changes.jsonl keeps what changed and when."""
     run_dir = Path(run_dir)
     line = json.dumps({"time": time.time(), "resumed_at_step": step, "changes": changes}) + "\n"
-    with open(run_dir / CONFIG_CHANGES_FILE, "a") as f:
+    with open(open_run_file(run_dir / CONFIG_CHANGES_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "a") as f:
         f.write(line)
     record_config(run_dir, text)
 
@@ -303,6 +375,8 @@ def checkpoint_problem(path: Path, learner: LearnerConfig, obs_dim: int, n_actio
     actors.checkpoints (no pickled code runs), its learner config and spaces compared, then the whole load tried
     on a throwaway learner: a checkpoint that would fail in the run (a tensor of another shape, a missing key) is
     refused here, before anything in the run folder changes."""
+    if (kind := kind_of(path)) != "a regular file":  # a FIFO would block the read, /dev/zero never end it
+        return -1, f"{kind}, not a regular file"
     try:
         state = read_checkpoint(path, mmap=True)
     except CheckpointError as err:
@@ -354,9 +428,10 @@ def resume_point(
                 ),
             )
         path = checkpoint_path(run_dir, int(chosen)) if chosen.strip().isdigit() else Path(chosen)
-        if not path.is_file():
+        if (kind := kind_of(path)) != "a regular file":
+            what = "does not exist" if kind == "missing" else f"is {kind}, not a checkpoint file"
             raise RunFolderError(
-                f"--resume-checkpoint={chosen}: {path} does not exist; {run_dir} keeps checkpoints at steps {steps} "
+                f"--resume-checkpoint={chosen}: {path} {what}; {run_dir} keeps checkpoints at steps {steps} "
                 "(or 0: start over)"
             )
         step, why = checkpoint_problem(path, learner, obs_dim, n_actions)
@@ -465,7 +540,7 @@ def resolve_run_dir(path: str | Path) -> Path:
     if path.is_symlink():
         return Path(os.path.normpath(path.parent / os.readlink(path)))
     if path.name == LATEST and path.is_file() and path.stat().st_size < 4096:
-        rel = path.read_text().strip()
+        rel = read_bounded(path, 4096).decode(errors="replace").strip()
         if rel and "\n" not in rel:
             return Path(os.path.normpath(path.parent / rel))
     return path
