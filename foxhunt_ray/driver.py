@@ -67,7 +67,15 @@ from foxhunt_ray.run_folder import (
     resume_point,
     run_name,
 )
-from foxhunt_ray.storage import RunStorage, StorageClaimError, check_root, is_uri, root_of, split_run_uri
+from foxhunt_ray.storage import (
+    RunStorage,
+    StorageClaimError,
+    check_root,
+    is_uri,
+    root_of,
+    stored_copy_uri,
+    take_stored_run,
+)
 from learner.config import RETIRED_FIELDS, FaultInjection
 from lobsim_env import ENV_ID
 from lobsim_env.validation import InputError
@@ -870,16 +878,11 @@ def _take_resumed_folder(args: argparse.Namespace) -> RunLock | None:
     resume then fails, naming the folder)."""
     if not is_uri(args.resume):
         args.resume = str(resolve_run_dir(args.resume))
-        return RunLock.acquire(args.resume) if (Path(args.resume) / CONFIG_FILE).is_file() else None
-    root, rel = split_run_uri(args.resume)
-    local = Path(args.out) / rel
-    lock = RunLock.acquire(local)
-    try:
-        got = RunStorage(root, rel).fetch(local)
-    except BaseException:
-        lock.release()
-        raise
-    print(f"copied {len(got)} files of {args.resume} into {local}", file=sys.stderr, flush=True)
+        if (stored := stored_copy_uri(args.resume)) is None:  # a --storage copy: through its claim, as its URI
+            return RunLock.acquire(args.resume) if (Path(args.resume) / CONFIG_FILE).is_file() else None
+        args.resume = stored
+    lock, local, root, told = take_stored_run(args.resume, args.out)  # refused while the claim's run goes on
+    print(told, file=sys.stderr, flush=True)
     args.resume, args.resume_storage = str(local), root
     return lock
 

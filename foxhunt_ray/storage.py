@@ -30,6 +30,8 @@ same moment can both pass the first check, and one copy of the loser's may land 
 from __future__ import annotations
 
 import atexit
+import datetime
+import fcntl
 import hashlib
 import json
 import os
@@ -42,9 +44,9 @@ import time
 from pathlib import Path, PurePosixPath
 
 from actors.checkpoints import CHECKPOINT_DIR, KEEP_CHECKPOINTS, Checkpoint, write_checkpoint
-from actors.files import TMP_SUFFIX, write_atomic
-from actors.monitor import DIAG_FILE
-from foxhunt_ray.run_folder import CONFIG_FILE, LOCK_FILE
+from actors.files import MAX_TEXT_BYTES, TMP_SUFFIX, read_bounded, write_atomic
+from actors.monitor import DIAG_FILE, SUMMARY_FILE
+from foxhunt_ray.run_folder import CONFIG_FILE, LOCK_FILE, RunFolderError, RunLock, read_config_doc
 from lobsim_env.validation import InputError
 
 RUN_DEPTH = 3
@@ -149,8 +151,8 @@ def run_token(local: str | Path) -> str | None:
     driver's node and new at each driver's start. None when the folder has no lock (a reader's copy: evaluate's)."""
     lock = Path(local) / LOCK_FILE
     try:
-        st = lock.stat()
-        text = lock.read_bytes()
+        st = lock.lstat()
+        text = read_bounded(lock, follow=False)
     except FileNotFoundError:
         return None
     seed = f"{socket.gethostname()}\0{Path(local).resolve()}\0{st.st_ino}\0{st.st_mtime_ns}\0".encode() + text
@@ -166,6 +168,95 @@ def _read_doc(raw: bytes | None) -> dict | None:
     except ValueError:
         return {}
     return doc if isinstance(doc, dict) else {}
+
+
+def _local_doc(path: Path) -> bytes | None:
+    """A local JSON file of the run folder (the lock's holder note, the claim as last seen), bounded and never
+    through a link: None when missing, b"" when it cannot be read (read as unreadable)."""
+    try:
+        return read_bounded(path, follow=False)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return b""
+
+
+def _who(there: dict) -> str:
+    """The claimant of a storage folder, in words."""
+    if not there.get("token"):
+        return "a driver whose claim cannot be read"
+    return (
+        f"pid {there.get('pid', '?')} on host {there.get('host', '?')} (since {there.get('since', '?')}), run "
+        f"folder {there.get('run_folder', '?')}"
+    )
+
+
+def _lock_held(folder: Path) -> bool:
+    """Whether a process holds folder/run.lock now (a shared flock is tried and dropped at once)."""
+    try:
+        fd = os.open(folder / LOCK_FILE, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)  # drops the shared lock, if taken
+    return False
+
+
+def stored_copy_uri(path: str | Path) -> str | None:
+    """The file:// URI of a local folder that is a run's --storage copy (ROOT/<code_sha>/<name>/<fold> of a local
+    ROOT), None for any other folder. A copy holds no run.lock (sync never copies it; the driver that writes a
+    run folder makes one first) and either sits where its config.json's driver.storage puts the run's copy, or
+    holds the storage claim (OWNER_FILE) of a driver whose run folder is another folder. A resume takes such a
+    folder through its claim, as `--resume URI` does (take_stored_run), never as a run folder of its own."""
+    folder = Path(path)
+    if os.path.lexists(folder / LOCK_FILE) or not folder.is_dir():
+        return None
+    here = folder.resolve()
+    if len(here.parts) <= RUN_DEPTH:
+        return None
+    claim = _read_doc(_local_doc(folder / OWNER_FILE))
+    elsewhere = bool(claim) and claim.get("run_folder") != str(here)
+    try:
+        root = ((read_config_doc(folder, missing_ok=True) or {}).get("driver") or {}).get("storage")
+    except RunFolderError:
+        root = None
+    if isinstance(root, str) and root.startswith("file://"):
+        root = root[len("file://") :]
+    at_storage = isinstance(root, str) and not is_uri(root) and Path(root).resolve() == here.parents[RUN_DEPTH - 1]
+    return f"file://{here}" if elsewhere or at_storage else None
+
+
+def take_stored_run(uri: str, out: str | Path) -> tuple[RunLock, Path, str, str]:
+    """A resume from a run's storage (a URI, or stored_copy_uri of its path): its claim checked first
+    (RunStorage.check_resumable: refused while the run that claimed it goes on, nothing changed), then the
+    local folder OUT/<code_sha>/<name>/<fold> locked and the stored run copied into it, unless that folder is
+    the claimant's own run folder (a run on this host that has ended: it is newer than its copy, which is left
+    as it is). The run's first copy there takes the claim over (RunStorage._claim). Returns (the lock, the local
+    folder, the storage root, what was done, in words)."""
+    root, rel = split_run_uri(uri)
+    store = RunStorage(root, rel)
+    store.check_resumable()
+    local = Path(out) / rel
+    lock = RunLock.acquire(local)
+    try:
+        there = store._owner() or {}
+        seen = _read_doc(_local_doc(local / OWNER_FILE)) or {}
+        if there.get("token") and seen.get("token") == there["token"] and there.get("run_folder") == str(
+            local.resolve()
+        ):
+            told = f"resuming {local}, the run folder that {uri} is a copy of (newer than the copy: nothing copied)"
+        else:
+            told = f"copied {len(store.fetch(local))} files of {uri} into {local}"
+    except BaseException:
+        lock.release()
+        raise
+    return lock, local, root, told
 
 
 def _whole_end(f, size: int) -> int:
@@ -345,11 +436,67 @@ class RunStorage:
         return len(data)
 
     def _owner(self) -> dict | None:
+        return _read_doc(self._small(OWNER_FILE))
+
+    def _small(self, rel: str) -> bytes | None:
+        """A small file of the storage folder (the claim, summary.json): None when it is missing; b"" (read as
+        unreadable) when it is over MAX_TEXT_BYTES or not a file, so an endless or huge one is never read."""
+        path = f"{self.path}/{rel}"
         try:
-            raw = self.fs.cat_file(f"{self.path}/{OWNER_FILE}")
+            info = self.fs.info(path)
+            if info.get("type", "file") != "file" or int(info.get("size") or 0) > MAX_TEXT_BYTES:
+                return b""
+            if self._renames and not os.path.isfile(path):  # a FIFO, a device: its size says nothing
+                return b""
+            return self.fs.cat_file(path)
         except FileNotFoundError:
-            raw = None
-        return _read_doc(raw)
+            return None
+
+    def _ended_since_claimed(self, there: dict) -> bool:
+        """Whether the run that claimed the storage folder has ended: its summary.json there (copied at a run's
+        end) was written at least a second after the claim's `since` (its driver's start, to the second)."""
+        try:
+            since = datetime.datetime.strptime(str(there.get("since")), "%Y-%m-%dT%H:%M:%S%z").timestamp()
+        except ValueError:
+            return False
+        summary = _read_doc(self._small(SUMMARY_FILE)) or {}
+        ended = summary.get("status") in ("done", "killed", "stopped", "error")
+        when = summary.get("time")
+        return ended and isinstance(when, int | float) and when >= since + 1
+
+    def check_resumable(self) -> None:
+        """Before a resume of this stored run (`--resume URI`, or the storage folder's path): returns when no
+        driver holds its claim, when the claimant's run has ended (_ended_since_claimed), or when the claimant ran
+        on this host and its run folder's lock is free (it crashed or was killed: the OS released the lock).
+        Otherwise raises StorageClaimError naming the claimant: a resume now would be a second writer of a run
+        that is still going on (its driver prunes the checkpoints the copy names, and copies over what the
+        resume writes). Changes nothing."""
+        there = self._owner()
+        if there is None or self._ended_since_claimed(there):
+            return
+        folder = there.get("run_folder")
+        here = there.get("token") and there.get("host") == socket.gethostname() and isinstance(folder, str)
+        if here and not _lock_held(Path(folder)):
+            return
+        who = _who(there)
+        if here:
+            why = (
+                f"cannot resume {self.url}: it is the --storage copy of a run that is running now ({who}), whose "
+                f"driver copies it here ({OWNER_FILE} there): a resume of the copy would be a second writer of that "
+                "run; wait for that run to end (or stop it), then continue it from its own folder, which is newer "
+                f"than this copy: python -m foxhunt_ray.local --resume {folder}; nothing was changed"
+            )
+        else:
+            claim = f"{self.path}/{OWNER_FILE}" if self._renames else f"{self.url}/{OWNER_FILE}"
+            rm = f"rm {claim}" if self._renames else f"remove {claim}"
+            why = (
+                f"cannot resume {self.url}: its storage is claimed by {who} ({OWNER_FILE} there), and that run has "
+                "not ended (no summary.json written there since it claimed the copy; it runs on another host, "
+                "so its lock cannot be checked from here): a resume while it runs would be a second writer of the "
+                "run. If it runs, wait for it to end, then run this again; if it is gone (killed, or its machine "
+                f"lost), remove its claim ({rm}), then run this again; nothing was changed"
+            )
+        raise StorageClaimError(why)
 
     def _claim(self, local: Path) -> None:
         """Before a copy from a driver's run folder: returns when the storage folder's claim is this driver's, or
@@ -363,14 +510,10 @@ class RunStorage:
         there = self._owner()
         if there is not None and there.get("token") == mine:
             return
-        seen = _read_doc((local / OWNER_FILE).read_bytes() if (local / OWNER_FILE).is_file() else None)
+        seen = _read_doc(_local_doc(local / OWNER_FILE))
         if there is not None and not (seen and there.get("token") and seen.get("token") == there.get("token")):
             raise self._claimed(there, local, held=bool(seen) and seen.get("token") == mine)
-        try:
-            holder = json.loads((local / LOCK_FILE).read_text())
-        except (OSError, ValueError):
-            holder = {}
-        holder = holder if isinstance(holder, dict) else {}
+        holder = _read_doc(_local_doc(local / LOCK_FILE)) or {}
         doc = {
             "token": mine,
             "host": holder.get("host", socket.gethostname()),
@@ -392,12 +535,7 @@ class RunStorage:
         write_atomic(local / OWNER_FILE, text)
 
     def _claimed(self, there: dict, local: Path, *, held: bool) -> StorageClaimError:
-        who = (
-            f"pid {there.get('pid', '?')} on host {there.get('host', '?')} (since {there.get('since', '?')}), run "
-            f"folder {there.get('run_folder', '?')}"
-            if there.get("token")
-            else "a driver whose claim cannot be read"
-        )
+        who = _who(there)
         if held:
             why = (
                 f"{self.url} was taken over by another driver, {who}, after this one started (a resume of this run "
@@ -408,9 +546,10 @@ class RunStorage:
             why = (
                 f"{self.url} is claimed by another driver, {who} ({OWNER_FILE} there): two drivers copying one "
                 "storage folder would mix their files, so this run does not copy there. If that run goes on, give "
-                "this one another --name; if it has ended or its machine is gone, continue the stored run with "
-                f"`--resume {self.url}` (which takes the claim over), or remove {self.url}/{OWNER_FILE} to let this "
-                "run folder's copy replace what is there"
+                "this one another --name; if it has ended, continue the stored run with "
+                f"`--resume {self.url}` (which takes the claim over, and is refused while that run goes on), or "
+                f"remove {self.url}/{OWNER_FILE} to let this run folder's copy replace what is there (also the way "
+                "out when that run's machine is gone)"
             )
         self.lost = why
         return StorageClaimError(why)
@@ -433,6 +572,7 @@ class RunStorage:
             dst = local / rel
             dst.parent.mkdir(parents=True, exist_ok=True)
             tmp = dst.with_name(dst.name + TMP_SUFFIX)
+            tmp.unlink(missing_ok=True)  # a link there would have the copy written where it points
             self.fs.get_file(f"{self.path}/{rel}", str(tmp))
             os.replace(tmp, dst)
             st = dst.stat()
