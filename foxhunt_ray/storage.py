@@ -21,10 +21,13 @@ The run folder's lock (foxhunt_ray.run_folder) guards the local copy; the storag
 (`OWNER_FILE`: the run token of the driver copying there, written at its first copy and read back before each
 copy): a driver that finds another driver's token there does not copy (StorageClaimError, naming the holder and
 the fix). A resume takes the claim over from the run it continues, so the last driver to resume a URI holds it and
-the one it replaced stops copying at its next copy. fsspec has no atomic create-if-absent on object stores, so the
-claim is a write and a read-back, not a lock: it keeps a second driver from copying over a run that another one
-writes (a fresh run under a taken name, a run resumed twice), but two drivers that claim one folder within the
-same moment can both pass the first check, and one copy of the loser's may land before it stops.
+the one it replaced stops copying at its next copy; but not while that run goes on (`check_resumable`: its run
+folder's lock held on this host, or no summary.json written there since it claimed), and a local storage copy
+resumed by its path goes the same way (`stored_copy_uri`), never as a run folder of its own. No copy or fetch
+writes through a symbolic link planted at a temporary name. fsspec has no atomic create-if-absent on object
+stores, so the claim is a write and a read-back, not a lock: it keeps a second driver from copying over a run that
+another one writes (a fresh run under a taken name, a run resumed twice), but two drivers that claim one folder
+within the same moment can both pass the first check, and one copy of the loser's may land before it stops.
 """
 
 from __future__ import annotations
@@ -360,11 +363,18 @@ class RunStorage:
     def _put(self, src: Path, dst: str) -> None:
         self.fs.makedirs(dst.rsplit("/", 1)[0], exist_ok=True)
         if self._renames:  # a filesystem: a temporary name, then the rename
-            tmp = dst + TMP_SUFFIX
+            tmp = self._no_link(dst + TMP_SUFFIX)
             self.fs.put_file(str(src), tmp)
             self.fs.mv(tmp, dst)
         else:  # an object store: a put is whole or nothing
             self.fs.put_file(str(src), dst)
+
+    def _no_link(self, path: str) -> str:
+        """path, with a symbolic link there removed first on a local filesystem: a temporary name is written to,
+        and a link planted there would have the copy written where it points."""
+        if self._renames and os.path.islink(path):
+            os.unlink(path)
+        return path
 
     def _put_lines(self, rel: str, src: Path, remote_size: int | None) -> int:
         """Copies the whole lines of src (a torn last line, a crash's or one being written, stays out): appended
@@ -376,7 +386,8 @@ class RunStorage:
         with open(src, "rb") as f:
             end = _whole_end(f, os.fstat(f.fileno()).st_size)
             start = None
-            if self._append_from is not None and remote_size and self._append_from <= remote_size <= end:
+            linked = self._renames and os.path.islink(dst)  # rewritten instead: the rename replaces the link
+            if self._append_from is not None and remote_size and self._append_from <= remote_size <= end and not linked:
                 here = _tail(f, remote_size)
                 if here.endswith(b"\n") and (
                     self._lines.get(rel) == (remote_size, hashlib.sha256(here).digest())
@@ -398,7 +409,7 @@ class RunStorage:
         if not self._renames:
             self.fs.pipe_file(dst, f.read(end))
             return end
-        tmp = dst + TMP_SUFFIX
+        tmp = self._no_link(dst + TMP_SUFFIX)
         try:
             with self.fs.open(tmp, "wb") as out:
                 left = end
@@ -525,7 +536,7 @@ class RunStorage:
         dst = f"{self.path}/{OWNER_FILE}"
         self.fs.makedirs(self.path, exist_ok=True)
         if self._renames:
-            self.fs.pipe_file(dst + TMP_SUFFIX, text)
+            self.fs.pipe_file(self._no_link(dst + TMP_SUFFIX), text)
             self.fs.mv(dst + TMP_SUFFIX, dst)
         else:
             self.fs.pipe_file(dst, text)

@@ -21,7 +21,7 @@ from actors.files import MAX_DIAG_BYTES, MAX_TEXT_BYTES, RunFileError, read_boun
 from actors.kill_rules import KillConfig
 from actors.monitor import Monitor, read_diag
 from foxhunt_ray import driver, report, storage
-from foxhunt_ray.run_folder import config_changes
+from foxhunt_ray.run_folder import RunLock, config_changes
 from foxhunt_ray.storage import OWNER_FILE
 
 SMOKE = ["--preset", "smoke", "--serial", "--quiet", "--checkpoint-interval-s", "0"]
@@ -293,6 +293,31 @@ def test_the_claim_refusal_advises_a_resume_that_works_and_a_claim_from_another_
     (copy / OWNER_FILE).unlink()
     assert resume(copy, "--steps", "30", "--out", str(tmp_path / "d")) == 0
     assert steps((copy / "diag.jsonl").read_bytes()) == list(range(1, 31))
+
+
+def test_a_link_planted_in_a_storage_folder_is_not_written_through(tmp_path):
+    """A local storage folder with a link at a temporary name and at diag.jsonl (which a copy appends to): the
+    next copy replaces the links with the run's files and leaves the files they point at alone."""
+    local = tmp_path / "run" / "sha" / "s" / "0"
+    lock = RunLock.acquire(local)
+    (local / "config.json").write_text('{"run": 1}\n')
+    (local / "diag.jsonl").write_bytes(b'{"step":1}\n')
+    store = storage.RunStorage(str(tmp_path / "store"), "sha/s/0")
+    store.sync(local)
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    stored = Path(store.path)
+    (stored / "config.json.tmp").symlink_to(victim)
+    (stored / "diag.jsonl").unlink()
+    (stored / "diag.jsonl").symlink_to(victim)
+    (local / "config.json").write_text('{"run": 2}\n')
+    with open(local / "diag.jsonl", "ab") as f:
+        f.write(b'{"step":2}\n')
+    store.sync(local)
+    lock.release()
+    assert victim.read_text() == "precious\n" and not (stored / "diag.jsonl").is_symlink()
+    assert (stored / "config.json").read_text() == '{"run": 2}\n' and not (stored / "config.json.tmp").exists()
+    assert (stored / "diag.jsonl").read_bytes() == b'{"step":1}\n{"step":2}\n'
 
 
 def test_a_storage_uri_is_only_read_small(tmp_path):
