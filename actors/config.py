@@ -13,6 +13,18 @@ from lobsim_env.validation import Bool, Int, OneOf, field_errors
 
 POLICY_DEVICES: tuple[str, ...] = ("auto", "cpu", "cuda")
 """RolloutConfig.policy_device's choices (actors.rollout.policy_device resolves "auto" in the worker)."""
+MAX_ROLLOUT_WORKERS = 1024
+"""The most rollout workers a run may have (driver.rollout_workers, --rollout-workers), and so the bound of a
+payload's worker_index (actors.wire). Under Ray each worker is an actor process with up to a CPU of its own: 1,024
+is a cluster of 8 hosts of 128 cores, one worker a core. In serial mode the driver builds every worker before the
+first update and steps them one after another in its one process, so a count far above the cores only delays the
+first update and fills memory (100,000 workers: no update in 90 s, memory rising). A larger cluster raises it here."""
+ROLLOUT_WORKERS_WHY = (
+    f"one process and CPU each under Ray, {MAX_ROLLOUT_WORKERS:,} = 8 hosts of 128 cores; serial mode builds every "
+    "one before its first update and steps them in turn: pass --rollout-workers of about one a core; the bound is "
+    "actors.config.MAX_ROLLOUT_WORKERS"
+)
+"""Why the bound, as driver.rollout_workers' error says it."""
 
 
 @dataclass(kw_only=True, frozen=True)

@@ -1,7 +1,8 @@
 """The learner role: wraps Learner with the receive path, weight publishing, episode totals and checkpoints.
 
 A plain class (no Ray; foxhunt_ray.remote wraps it). `train(payloads)` decodes each rollout payload with a counting
-PayloadDecoder (a bad payload, or one the Learner refuses, is dropped and counted, and the learner keeps going),
+PayloadDecoder (a bad payload, or one the Learner refuses, is dropped and counted, and the learner keeps going; so is
+one acted with a policy_version above the learner's step, or listing more ended episodes than its T x B steps),
 runs the Learner's steps on it (`learner.minibatch_envs`: one step per minibatch of envs) and returns the diag
 dicts the monitor records: the Learner's keys plus the episode totals (EpisodeStats.diag: env_steps, episodes,
 return_cum, episode_return_mean and, for the market, pnl_cum_usd), worker_index, call_payloads (the payloads in the
@@ -232,6 +233,10 @@ class LearnerWorker:
         if got is None:
             return None
         batch, meta = got
+        if (why := self._refusal(batch, meta)) is not None:
+            self.decoder.count_bad(why, what="rollout payload refused by the learner")
+            sec["stage_s"] += time.perf_counter() - t1
+            return None
         staged, st = self._stage(batch)
         try:  # finite_checked: decode checked the float columns
             host = rollout_from_batch(
@@ -243,6 +248,27 @@ class LearnerWorker:
         finally:
             sec["stage_s"] += time.perf_counter() - t1
         return host, meta, st
+
+    def _refusal(self, batch: dict, meta: dict) -> str | None:
+        """Why a decoded payload is no batch of this learner's run, in what only the learner knows or the wire's
+        shapes allow (the rest: rollout_from_batch); None when it is one. A policy_version above this learner's
+        step (weights it never made: a rollout worker of another run); more ended episodes than the batch has
+        steps of books (one per book a step at most)."""
+        version, step = batch["policy_version"], self.learner.step
+        if version > step:
+            return (
+                f"policy_version={version} must be in 0..{step}, this learner's step: the batch was acted with weights "
+                "this learner never made (a rollout worker of another run or learner); restart the rollout workers "
+                "with this learner's weights (policy_weights())"
+            )
+        t_len, b = batch["rewards"].shape
+        ended = int(meta["episode_env"].size)
+        if ended > t_len * b:
+            return (
+                f"episode_env lists {ended} ended episodes, over the {t_len * b} a batch of T={t_len} steps of B={b} "
+                "books can end (at most one a book a step): corrupted, or not made by actors.rollout.RolloutWorker"
+            )
+        return None
 
     def _launch(self, prepared: tuple, limit: int | None, call_payloads: int) -> None:
         """Queues a prepared payload's steps (no sync) and what its diags, timings and weights need; call_payloads:

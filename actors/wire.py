@@ -12,9 +12,10 @@ copies: `encode` returns a numpy uint8 array, which Ray keeps in its object stor
 same node without a copy, so a learner reads a rollout of tens of megabytes in place (wire version 1 copied
 each array three times on the way: tobytes, msgpack's bin field, the decoder's copy).
 `decode` trusts nothing: it checks the magic, the version, every key, dtypes, shapes (one T, B, D, E across
-keys), offsets and lengths against the buffer, the size limits and that floats are finite, and raises WireError
-naming what is wrong and the fix. The learner actor wraps it in `PayloadDecoder`, which counts a bad payload
-(diag `bad_payloads`) and keeps going. Spec with examples: docs/system.md.
+keys), offsets and lengths against the buffer, the size limits, that floats are finite and that values keep their
+meaning (env_steps = T x B, book seeds the worker's, log-probabilities <= 0, counters bounded: SCALAR_BOUNDS), and
+raises WireError naming what is wrong and the fix. The learner actor wraps it in `PayloadDecoder`, which counts a
+bad payload (diag `bad_payloads`) and keeps going. Spec with examples: docs/system.md.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from typing import Annotated
 import msgpack
 import numpy as np
 
+from actors.config import MAX_ROLLOUT_WORKERS
 from lobsim_env.validation import InputError, Int, Number, field_errors
 
 WIRE_VERSION = 2
@@ -43,6 +45,23 @@ MAX_HEADER_BYTES = 64 * 1024
 """A real header is a few hundred bytes; anything longer is refused before it is unpacked."""
 
 SCALARS: tuple[str, ...] = ("wire_version", "policy_version", "fold", "worker_index", "env_steps")
+
+MAX_COUNTER = 2**53
+"""The largest policy_version, fold or env_steps a payload may carry: diag.jsonl writes numbers as JSON doubles,
+exact only up to 2**53 (env_steps must also be the batch's T x B, policy_version at most the learner's step)."""
+SCALAR_BOUNDS: dict[str, tuple[int, str]] = {
+    "policy_version": (MAX_COUNTER, "a learner step; diag.jsonl's numbers are exact to 2**53"),
+    "fold": (MAX_COUNTER, "a walk-forward fold; diag.jsonl's numbers are exact to 2**53"),
+    "worker_index": (
+        MAX_ROLLOUT_WORKERS - 1,
+        f"a run has at most {MAX_ROLLOUT_WORKERS:,} rollout workers, actors.config.MAX_ROLLOUT_WORKERS",
+    ),
+    "env_steps": (MAX_COUNTER, "the batch's T x B env steps"),
+}
+"""Each scalar's largest value and what it is: `decode` refuses a larger one."""
+LOGP_SLACK = 1e-6
+"""behaviour_logp is a log-probability, <= 0; float32 rounding of a near-certain action's log-softmax may leave it
+a hair above 0, so `decode` refuses values above this (a probability over 1, e.g. +5, is no rounding)."""
 
 # key -> (dtype string, shape in symbols, must be finite). T1 = T + 1.
 ARRAYS: dict[str, tuple[str, tuple[str, ...], bool]] = {
@@ -224,11 +243,16 @@ def decode(payload, *, limits: WireLimits = DEFAULT_LIMITS) -> dict:
             f"payload header keys: missing {missing}, unexpected {extra}; wire version {WIRE_VERSION} has "
             f"{sorted(want)}"
         )
-    out: dict = {}
-    for key in SCALARS:
+    out: dict = {"wire_version": version}
+    for key, (most, what) in SCALAR_BOUNDS.items():
         v = msg[key]
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
             raise WireError(f"payload {key}={v!r} must be an int >= 0")
+        if v > most:
+            raise WireError(
+                f"payload {key}={v} must be an int in 0..{most} ({what}): corrupted in transport, or not made by "
+                "actors.rollout.RolloutWorker; run the same code version on the rollout and learner sides"
+            )
         out[key] = v
     arrays = msg["arrays"]
     if not isinstance(arrays, dict):
@@ -253,7 +277,36 @@ def decode(payload, *, limits: WireLimits = DEFAULT_LIMITS) -> dict:
     bad = out["episode_env"][(out["episode_env"] < 0) | (out["episode_env"] >= dims["B"])]
     if bad.size:
         raise WireError(f"payload episode_env holds {bad[:5].tolist()}, outside the batch's books 0..{dims['B'] - 1}")
+    _check_meaning(out, dims["T1"] - 1, dims["B"])
     return out
+
+
+def _check_meaning(out: dict, t_len: int, b: int) -> None:
+    """The values a well-formed payload may still hold outside their meaning: env_steps other than T x B, book
+    seeds that are not the worker's (negative, or not consecutive), a log-probability above 0. WireError naming
+    the value, its range and the fix."""
+    if out["env_steps"] != t_len * b:
+        raise WireError(
+            f"payload env_steps={out['env_steps']} must be T x B = {t_len} x {b} = {t_len * b} (the batch's env "
+            "steps, autoreset steps included): corrupted in transport, or not made by actors.rollout.RolloutWorker"
+        )
+    ids, w = out["env_ids"], out["worker_index"]
+    # non-negative first: then a difference of neighbours cannot wrap around int64
+    if int(ids.min()) < w * b or (b > 1 and bool((np.diff(ids) != 1).any())):
+        shown = ids[:5].tolist() + (["..."] if b > 5 else [])
+        raise WireError(
+            f"payload env_ids {shown} are not worker {w}'s book seeds: book i of worker w is seeded s + w x B + i "
+            f"for a base seed s >= 0, so they must be consecutive ints from at least {w} x {b} = {w * b} "
+            "(lobsim_env.seeds.book_seed): corrupted in transport, or not made by actors.rollout.RolloutWorker"
+        )
+    logp = out["behaviour_logp"]
+    if float(logp.max()) > LOGP_SLACK:
+        where = np.argwhere(logp > LOGP_SLACK)[0].tolist()
+        raise WireError(
+            f"payload behaviour_logp holds {float(logp[tuple(where)]):g} (first at index {where}): a log-probability "
+            "must be <= 0 (a probability <= 1; finite): the producer's policy or its log_softmax is broken, or the "
+            "payload was corrupted in transport"
+        )
 
 
 def all_finite(a: np.ndarray) -> bool:
