@@ -59,6 +59,7 @@ from learner.network import (
 )
 from lobsim_env import ENV_ID, LobVectorEnv, MarketConfig, seeds
 from lobsim_env.baselines import NEEDS_LATENT_REGIME, POLICIES, REAL_DAY_POLICIES, Policy, run_episodes, tune_quoting
+from lobsim_env.config import HORIZON_WHY, MAX_HORIZON
 from lobsim_env.lobster.market import lobster_config
 from lobsim_env.seeds import HELDOUT_FOLD_STRIDE, RESUME_SEED_STRIDE, heldout_seed
 from lobsim_env.stats import paired
@@ -372,8 +373,13 @@ def _check_options(episodes: Any, seed: Any, fold: Any, horizon: Any, head: Any,
         errs.append(f"--seed={seed!r} must be an int in 0..2**62-1 (or leave it out: the fold's held-out seed)")
     if fold is not None and (isinstance(fold, bool) or not isinstance(fold, int) or fold < 0):
         errs.append(f"--fold={fold!r} must be an int >= 0 (or leave it out: the run's own fold)")
-    if horizon is not None and (isinstance(horizon, bool) or not isinstance(horizon, int) or horizon < 1):
-        errs.append(f"--horizon={horizon!r} must be an int >= 1 (or leave it out: the run's market.horizon)")
+    if horizon is not None and (
+        isinstance(horizon, bool) or not isinstance(horizon, int) or not 1 <= horizon <= MAX_HORIZON
+    ):
+        errs.append(
+            f"--horizon={horizon!r} must be an int in 1..{MAX_HORIZON} ({HORIZON_WHY}; or leave it out: the run's "
+            "market.horizon)"
+        )
     if head not in HEADS:
         errs.append(f"--policy={head!r} must be one of {list(HEADS)}")
     if weights not in WEIGHTS:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated
 
+from actors.config import MAX_ROLLOUT_WORKERS, ROLLOUT_WORKERS_WHY
 from actors.envs import EnvSpaces
 from foxhunt_ray.config import RunConfig
 from learner.config import NO_FAULTS, FaultInjection
@@ -23,8 +24,8 @@ class DriverConfig:
 
     steps: Annotated[int, Int(ge=1)] = 200
     """Learner updates: the run ends after update `steps` (a resumed run continues to it)."""
-    rollout_workers: Annotated[int, Int(ge=1)] = 2
-    """Rollout workers (Ray actors, or plain objects in serial mode)."""
+    rollout_workers: Annotated[int, Int(ge=1, le=MAX_ROLLOUT_WORKERS, why=ROLLOUT_WORKERS_WHY)] = 2
+    """Rollout workers (Ray actors, or plain objects in serial mode); at most actors.config.MAX_ROLLOUT_WORKERS."""
     fold: Annotated[int, Int(ge=0)] = 0
     """Walk-forward fold; the run folder is <out>/<code_sha>/<name>/<fold>/."""
     name: str = ""

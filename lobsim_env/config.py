@@ -12,6 +12,15 @@ from typing import Annotated
 
 from lobsim_env.validation import ConfigError, Int, Number, OneOf, field_errors
 
+MAX_HORIZON = 2**24
+"""The longest episode, in steps (market.horizon, `evaluate --horizon`): the observation's time_left, a float32,
+is 1 - t / horizon, and float32 holds those values apart only up to 2**24 steps (16,777,216; from 2**24 + 2
+steps on, two steps of an episode read the same). A longer episode would also never end within a run or an
+evaluation (1e12 steps: no episode ends, no episode statistics, an
+evaluation that never returns)."""
+HORIZON_WHY = "2**24: time_left, a float32 of the observation, tells the steps apart only up to there"
+"""Why the bound, as market.horizon's error says it."""
+
 
 class MarketConfigError(ConfigError):
     """A market config with one or more bad values; `errors` lists each."""
@@ -120,8 +129,8 @@ class MarketConfig:
     """The agent's order arrives after this many of the step's market events (0..events_per_step)."""
     events_per_step: Annotated[int, Int(ge=1)] = 8
     """Market events (synthetic) or LOBSTER messages per env step."""
-    horizon: Annotated[int, Int(ge=1)] = 1000
-    """Steps per episode (then truncated)."""
+    horizon: Annotated[int, Int(ge=1, le=MAX_HORIZON, why=HORIZON_WHY)] = 1000
+    """Steps per episode (then truncated); at most MAX_HORIZON."""
     obs_levels: Annotated[int, Int(ge=1, le=10)] = 5
     """Book levels per side in the observation."""
     size_scale: Annotated[float, Number(gt=0)] = 10.0

@@ -20,7 +20,7 @@ from actors.wire import WireLimits
 from foxhunt_ray.config import RunConfig
 from foxhunt_ray.plan import DriverConfig
 from learner.config import LearnerConfig
-from lobsim_env.config import MarketConfig, MarketConfigError, SyntheticConfig
+from lobsim_env.config import HORIZON_WHY, MarketConfig, MarketConfigError, SyntheticConfig
 from lobsim_env.validation import Bool, ConfigError, InputError, Int, Number, OneOf, Rule, field_errors
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -93,6 +93,7 @@ def test_every_number_field_of_every_config_carries_its_rule(cls):
         (DriverConfig, "checkpoint_interval_s"),
         (DriverConfig, "sample_timeout_s"),
         (DriverConfig, "learner_timeout_s"),
+        (DriverConfig, "monitor_timeout_s"),
     }
     hints = typing.get_type_hints(cls, include_extras=True)
     for f in dataclasses.fields(cls):
@@ -109,8 +110,9 @@ def test_config_errors_are_input_errors_and_value_errors():
     with pytest.raises(MarketConfigError) as info:
         MarketConfig(horizon=0).validate()
     assert isinstance(info.value, ConfigError) and isinstance(info.value, InputError)
-    assert isinstance(info.value, ValueError) and info.value.errors == ["market.horizon=0 must be an int >= 1"]
-    assert str(info.value) == "invalid market config:\n  market.horizon=0 must be an int >= 1"
+    horizon = f"market.horizon=0 must be an int in 1..16777216 ({HORIZON_WHY})"  # MAX_HORIZON, 2**24
+    assert isinstance(info.value, ValueError) and info.value.errors == [horizon]
+    assert str(info.value) == f"invalid market config:\n  {horizon}"
     with pytest.raises(ConfigError) as info:
         LearnerConfig(hidden_dim=0).validate()
     assert str(info.value) == "invalid learner config:\n  learner.hidden_dim=0 must be an int >= 1"
