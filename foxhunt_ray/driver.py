@@ -48,10 +48,10 @@ from actors.files import MAX_DIAG_BYTES, MAX_TEXT_BYTES, disk_full, read_bounded
 from actors.kill_rules import EXIT_ERROR, EXIT_OK
 from actors.monitor import DIAG_FILE, SUMMARY_FILE, DiagFileError, Monitor, load_baseline, read_diag, step_records
 from foxhunt_ray import provenance, run_folder
-from foxhunt_ray.config import ConfigError, RunConfig, apply_overrides, market_reward_scale, order_fee_usd
+from foxhunt_ray.config import ConfigError, RunConfig, market_reward_scale, order_fee_usd
 from foxhunt_ray.loops import Hook, LearnerLost, Progress, run_ray, run_serial
 from foxhunt_ray.plan import DriverConfig, Plan
-from foxhunt_ray.presets import PRESET_NAMES, SETTINGS, SIZING_NAMES, SIZINGS, run_preset
+from foxhunt_ray.presets import PRESET_NAMES, SETTINGS, SIZING_NAMES, SIZINGS, name_errors, run_preset, with_overrides
 from foxhunt_ray.run_folder import (
     CONFIG_FILE,
     RunFolderError,
@@ -387,8 +387,8 @@ def resolve(args: argparse.Namespace) -> Plan:
     errs += faults.errors()
     spaces = None
     try:
-        config = apply_overrides(config, sets)
-        errs += config.errors()
+        config, bad_sets = with_overrides(config, sets)  # a bad --set is left out: the others are checked too
+        errs += bad_sets + config.errors() + name_errors(config)
         config = config.resolved()  # reward_scale 'auto' -> the number, from the market as overridden
         spaces = _probe(config, errs)
     except ConfigError as err:

@@ -33,7 +33,7 @@ import dataclasses
 from typing import Any
 
 from actors.config import RolloutConfig
-from foxhunt_ray.config import RunConfig
+from foxhunt_ray.config import ConfigError, RunConfig, apply_overrides
 from learner.config import LearnerConfig
 from lobsim_env.config import MarketConfig
 
@@ -180,6 +180,43 @@ def run_preset(name: str, *, settings: str | None = None, sizing: str | None = N
     settings, sizing = settings or "learn", sizing or "gpu"
     config = RunConfig(preset=name, settings=settings, sizing=sizing, learner=_PRESETS[name])
     return _apply(_apply(config, SIZINGS[sizing]), SETTINGS[settings])
+
+
+def name_errors(config: RunConfig) -> list[str]:
+    """The config's preset, settings and sizing names that are none of this module's, as `--set preset=...` can
+    leave them (the --preset, --settings and --sizing flags and a --config file refuse an unknown name
+    themselves); each error names the value and the valid names. A name records what built the config: an
+    unknown one would label a run with a preset that does not exist."""
+    errs = []
+    for key, valid in (("preset", PRESET_NAMES), ("settings", tuple(SETTINGS)), ("sizing", SIZING_NAMES)):
+        value = getattr(config, key)
+        if value not in valid and (key == "preset" or value is not None):
+            errs.append(
+                f"{key}={value!r} is not one of {list(valid)}: name a {key} with --{key} NAME (a --set {key}=... "
+                "only relabels the config)"
+            )
+    return errs
+
+
+def with_overrides(config: RunConfig, overrides: list[str]) -> tuple[RunConfig, list[str]]:
+    """(config with every override that can be applied, the errors of those that cannot): `apply_overrides`, but
+    an unknown key or a value of the wrong type leaves that one override out instead of the whole config, so the
+    caller can still check every other value (`RunConfig.errors()`) and name all the bad ones at once."""
+    try:
+        return apply_overrides(config, overrides), []
+    except ConfigError as err:
+        errs = list(err.errors)
+    good = []
+    for item in overrides:
+        try:
+            apply_overrides(config, [item])
+        except ConfigError:
+            continue
+        good.append(item)
+    try:
+        return apply_overrides(config, good), errs
+    except ConfigError as err:  # not expected: each applies alone; keep the preset's config and every error
+        return config, errs + [e for e in err.errors if e not in errs]
 
 
 def preset(name: str, *, settings: str | None = None, sizing: str | None = None) -> LearnerConfig:
