@@ -99,6 +99,8 @@ class EntryDefaults:
     """--steps left out."""
     time_limit_s: float = 0.0
     """--time-limit-s left out, and --steps left out too (a run given its steps has no budget unless asked)."""
+    steps_with_a_time_limit: int | None = None
+    """--steps left out and --time-limit-s given (None: `steps`): a budget of time asked for runs as long as it says."""
 
 
 def parse_args(
@@ -140,7 +142,8 @@ def parse_args(
         help=f"Gymnasium env id (default {ENV_ID}, the market): any registered id with a 1-D Box observation and "
         "a Discrete action space, e.g. CartPole-v1; 'module:Id' imports module first",
     )
-    p.add_argument("--steps", type=int, default=None, help=f"learner updates (default {d.steps:,})")
+    unbounded = f"; {d.steps_with_a_time_limit:,} with --time-limit-s" if d.steps_with_a_time_limit else ""
+    p.add_argument("--steps", type=int, default=None, help=f"learner updates (default {d.steps:,}{unbounded})")
     p.add_argument("--rollout-workers", type=int, default=None, help=f"rollout workers (default {d.rollout_workers})")
     p.add_argument("--envs-per-worker", type=int, default=None, help="books per rollout worker (rollout.num_envs)")
     p.add_argument(
@@ -407,6 +410,8 @@ def resolve(args: argparse.Namespace) -> Plan:
         if (why := check_root(args.storage, write=not getattr(args, "print_config", False))) is not None:
             errs.append(why)
         flags["storage"] = root_of(args.storage)
+    if args.steps is None and "time_limit_s" in flags and defaults.steps_with_a_time_limit is not None:
+        flags["steps"] = defaults.steps_with_a_time_limit
     flags.setdefault("steps", defaults.steps)
     flags.setdefault("rollout_workers", defaults.rollout_workers)
     if defaults.max_payloads_waiting is not None:

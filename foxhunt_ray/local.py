@@ -1,9 +1,10 @@
 """`python -m foxhunt_ray.local`: train on this machine, Ray in-process (or `--serial`: no Ray at all).
 
-The defaults (LOCAL_DEFAULTS): preset phase4_3 with its own settings ('learn') on the synthetic market, 240 s of
-training, sized for this machine (sizing 'cpu' when torch sees no CUDA device, else 'gpu_host':
-foxhunt_ray.presets), one rollout worker (on a GPU host, one per core but five: `host_defaults`); with the
-evaluation under 5 minutes on a 2-core CPU (what it reaches: BENCHMARKS.md, "Learning on the synthetic market").
+The defaults (LOCAL_DEFAULTS): preset phase4_3 with its own settings ('learn') on the synthetic market, 6,000
+updates (900 s of training at most), sized for this machine (sizing 'cpu' when torch sees no CUDA device, else
+'gpu_host': foxhunt_ray.presets), one rollout worker (on a GPU host, one per core but five: `host_defaults`); with
+the evaluation about 4 minutes on a quiet 2-core CPU (what it reaches: BENCHMARKS.md, "Learning on the synthetic
+market").
 Flags: foxhunt_ray.driver (`--help`); docs/running.md walks through a run, its folder, resume and the exit codes.
 After a run that ended done or killed, its newest checkpoint plays the fold's held-out episodes beside the
 baselines (foxhunt_ray.evaluate, `--eval-episodes N`, default 64; `--no-eval` skips it) and the last line is
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
+import json
 import os
 import sys
 import time
@@ -28,14 +30,20 @@ from foxhunt_ray import driver
 from foxhunt_ray.config import ConfigError, RunConfig, apply_overrides
 
 LOCAL_DEFAULTS = driver.EntryDefaults(
-    preset="phase4_3", sizing="auto", steps=1_000_000, time_limit_s=240.0, rollout_workers=1
+    preset="phase4_3", sizing="auto", steps=6_000, time_limit_s=900.0, rollout_workers=1,
+    steps_with_a_time_limit=1_000_000,
 )
 """What `python -m foxhunt_ray.local` does with no flags on a machine without a GPU, each chosen by measurement
 (BENCHMARKS.md, "Learning on the synthetic market"): phase4_3 (the seed's last design, ahead of plan_a_v2 in the
-sweep), one rollout worker (on 2 cores a second one competes with the learner), and a time budget rather than a
-step count (updates a second differ a hundredfold between a 2-core CPU and a GPU host): 240 s of training, then the
-held-out evaluation, within 5 minutes on a 2-core box. `--steps N` alone runs N updates with no budget. On a GPU
-host: `host_defaults`."""
+sweep), one rollout worker (on 2 cores a second one competes with the learner), and a budget of updates, so that
+what the agent learns does not hang on how busy the machine is: 6,000 updates (3-4 minutes of a quiet 2-core box),
+then the held-out evaluation. 900 s of training is only a cap: a run that reaches it first says that it trained too
+little to be judged (`undertrained`). `--steps N` alone runs N updates with no cap; `--time-limit-s S` alone trains
+for S seconds. On a GPU host: `host_defaults`."""
+
+GPU_HOST_STEPS = 20_000
+"""A GPU host's update budget with no flags: what its 150-s runs made (20,312-21,512 updates) for 0.88-0.90 of the
+oracle (BENCHMARKS.md, "Learning on the synthetic market"), about 2.5 minutes there."""
 
 GPU_HOST_FREE_CORES = 5
 """Cores a GPU host keeps for the learner actor, the driver, the monitor and Ray's own processes: 11 rollout workers
@@ -50,12 +58,13 @@ host", which gives the lags measured)."""
 
 def host_defaults(cuda: bool, cores: int, serial: bool) -> driver.EntryDefaults:
     """LOCAL_DEFAULTS for this machine. With a CUDA device (and not --serial), the system of one GPU host: sizing
-    auto gives 'gpu_host', one rollout worker per core but GPU_HOST_FREE_CORES (11 on 16 cores), and
-    GPU_HOST_PAYLOADS_WAITING payloads waiting at most."""
+    auto gives 'gpu_host', GPU_HOST_STEPS updates, one rollout worker per core but GPU_HOST_FREE_CORES (11 on 16
+    cores), and GPU_HOST_PAYLOADS_WAITING payloads waiting at most."""
     if not cuda or serial:
         return LOCAL_DEFAULTS
     return dataclasses.replace(
         LOCAL_DEFAULTS,
+        steps=GPU_HOST_STEPS,
         rollout_workers=max(1, cores - GPU_HOST_FREE_CORES),
         max_payloads_waiting=GPU_HOST_PAYLOADS_WAITING,
     )
@@ -136,7 +145,8 @@ def next_commands(plan: driver.Plan, code: int) -> str:
     from actors.kill_rules import EXIT_KILLED
 
     d, py, run = plan.driver, _python(), plan.run_dir
-    more = f"--time-limit-s {d.time_limit_s * 2:g}" if d.time_limit_s else f"--steps {d.steps * 2}"
+    by_time = d.time_limit_s and d.steps >= LOCAL_DEFAULTS.steps_with_a_time_limit  # a budget of time, not a cap
+    more = f"--time-limit-s {d.time_limit_s * 2:g}" if by_time else f"--steps {d.steps * 2}"
     resume = ("train this run further", f"{py} -m foxhunt_ray.local --resume {run} {more}")
     further = [] if code == EXIT_KILLED else [resume]
     m = plan.config.market
@@ -199,6 +209,7 @@ def evaluate_and_suggest(plan: driver.Plan, code: int, *, episodes: int) -> int:
     run = plan.run_dir
     if code not in (EXIT_OK, EXIT_KILLED):
         return code
+    short = undertrained(plan) if code == EXIT_OK else None
     suggestions = next_commands(plan, code)
     if not is_market(plan.config.env_id):
         print(
@@ -207,10 +218,11 @@ def evaluate_and_suggest(plan: driver.Plan, code: int, *, episodes: int) -> int:
             "episodes, in diag.jsonl and the report)"
         )
         print(suggestions)
+        _say_undertrained(short)
         return code
     market = plan.config.market
     if market.source == "replay" and market.eval_days:
-        return _score_fold(plan, code, episodes, suggestions)
+        return _score_fold(plan, code, episodes, suggestions, short)
     print(f"held-out evaluation of the newest checkpoint ({episodes} episodes a policy) ...", flush=True)
     try:
         result = evaluate_run(run, episodes=episodes)
@@ -222,10 +234,12 @@ def evaluate_and_suggest(plan: driver.Plan, code: int, *, episodes: int) -> int:
     pnl = {name: r["pnl_usd_mean"] for name, r in result["policies"].items()}
     if "oracle" not in pnl:  # a real day: no oracle; its yardsticks are flat, imbalance, quoting and hindsight
         v = result.get("vs_best_baseline")
+        _say_undertrained(short)
         _real_day_lines(pnl, result["held_out"], v and v["baseline"], v and v["ci95_usd"])
         return code
     agent, oracle = pnl["agent"], pnl["oracle"]
     fraction = result["oracle_fraction"]
+    _say_undertrained(short)
     print(
         f"heldout_pnl_usd={agent:.0f} oracle_pnl_usd={oracle:.0f} "
         f"fraction_of_oracle={'nan' if fraction is None else format(fraction, '.3f')}",
@@ -234,7 +248,37 @@ def evaluate_and_suggest(plan: driver.Plan, code: int, *, episodes: int) -> int:
     return code
 
 
-def _score_fold(plan: driver.Plan, code: int, episodes: int, suggestions: str) -> int:
+def undertrained(plan: driver.Plan) -> str | None:
+    """The line that says a run trained too little to be judged: it reached its time cap before its budget of
+    updates, with that budget the entry point's own (LOCAL_DEFAULTS: a busy machine makes fewer updates in the
+    same time, and what the agent learns shows its updates, not the clock). None where it made its updates, or where
+    the time was the budget asked for (--time-limit-s alone, a resume's)."""
+    from foxhunt_ray.run_folder import RunFolderError, read_run_file
+
+    d = plan.driver
+    if not d.time_limit_s or d.steps >= LOCAL_DEFAULTS.steps_with_a_time_limit:
+        return None
+    try:
+        step = json.loads(read_run_file(plan.run_dir / "summary.json"))["step"]
+    except (OSError, ValueError, KeyError, TypeError, RunFolderError):
+        return None
+    if step >= d.steps:
+        return None
+    return (
+        f"warning: undertrained: the run reached its {d.time_limit_s:g}-s cap at update {step:,} of its {d.steps:,} "
+        f"(this machine trained slower than the figures' did: busy, or smaller); the figures below are not those of "
+        f"BENCHMARKS.md, which come from {d.steps:,} updates. Train it to its budget: {_python()} -m "
+        f"foxhunt_ray.local --resume {plan.run_dir} --steps {d.steps}"
+    )
+
+
+def _say_undertrained(line: str | None) -> None:
+    if line:
+        sys.stdout.flush()
+        print(line, file=sys.stderr, flush=True)
+
+
+def _score_fold(plan: driver.Plan, code: int, episodes: int, suggestions: str, short: str | None = None) -> int:
     """A run on real days with a test period: its fold scored by the walk-forward protocol (the checkpoint and the
     quoting rule picked on the validation period, the test played once: foxhunt_ray.walkforward), the table, the
     record RUN_DIR/walkforward.json, the next commands and the last two lines."""
@@ -255,6 +299,7 @@ def _score_fold(plan: driver.Plan, code: int, episodes: int, suggestions: str) -
     print(suggestions)
     pnl = {name: r["pnl_usd_mean"] for name, r in record["policies"].items()}
     best = record["best_baseline"]
+    _say_undertrained(short)
     _real_day_lines(pnl, True, best, record["versus"][best]["ci95_usd"])
     return code
 

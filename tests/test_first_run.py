@@ -43,9 +43,9 @@ def progress_line(steps: int, time_limit_s: float, elapsed_s: float, step: int) 
 
 
 def test_progress_bar_counts_a_time_budget_in_seconds_and_a_step_budget_in_updates():
-    """The bare `python -m foxhunt_ray.local` runs 240 s with an update cap of 1,000,000 that it never reaches: its
-    bar reads '50% of 240 s  update 2052', not 'update 2052/1000000'. With --steps N and no budget the bar counts
-    updates; with both, whichever ends the run first."""
+    """`python -m foxhunt_ray.local --time-limit-s 240` runs 240 s with an update cap of 1,000,000 that it never
+    reaches: its bar reads '50% of 240 s  update 2052', not 'update 2052/1000000'. With --steps N and no budget the
+    bar counts updates; with both (the bare command's 6,000 updates and 900-s cap), whichever ends the run first."""
     main_job = progress_line(1_000_000, 240.0, 120.0, 2052)
     assert "[##########          ]  50% of 240 s  update 2052  env steps" in main_job, main_job
     assert "1000000" not in main_job and "ETA 2m00s" in main_job
@@ -53,6 +53,43 @@ def test_progress_bar_counts_a_time_budget_in_seconds_and_a_step_budget_in_updat
     assert " 50% update 2500/5000  env steps" in steps_only and "ETA 10s" in steps_only, steps_only
     assert " 50% update 500/1000  env steps" in progress_line(1000, 240.0, 24.0, 500)  # the steps end it first
     assert " 75% of 240 s  update 100  env steps" in progress_line(1000, 240.0, 180.0, 100)  # the time does
+
+
+def test_a_run_cut_short_by_its_time_cap_says_it_is_undertrained(tmp_path, capsys):
+    """The bare command's budget is 6,000 updates, 900 s of training only a cap: a busy machine that reaches the
+    cap first has an agent that trained too little, and the run says so plainly, with the resume that trains it to
+    its budget. A run that made its updates, or whose budget was the time asked for, says nothing of it."""
+    (tmp_path / "summary.json").write_text(json.dumps({"step": 2144, "status": "done"}))
+    plan = types.SimpleNamespace(driver=DriverConfig(steps=6_000, time_limit_s=900.0), run_dir=tmp_path)
+    line = local.undertrained(plan)
+    assert line.startswith("warning: undertrained: the run reached its 900-s cap at update 2,144 of its 6,000")
+    assert f"foxhunt_ray.local --resume {tmp_path} --steps 6000" in line
+    local._say_undertrained(line)
+    assert line in capsys.readouterr().err
+    assert local.LOCAL_DEFAULTS.steps == 6_000 and local.LOCAL_DEFAULTS.time_limit_s == 900.0
+    (tmp_path / "summary.json").write_text(json.dumps({"step": 6000, "status": "done"}))
+    assert local.undertrained(plan) is None  # it made its updates
+    (tmp_path / "summary.json").write_text(json.dumps({"step": 2144, "status": "done"}))
+    plan.driver = DriverConfig(steps=1_000_000, time_limit_s=240.0)  # --time-limit-s 240 alone: time was the budget
+    assert local.undertrained(plan) is None
+    plan.driver = DriverConfig(steps=6_000, time_limit_s=0.0)  # --steps alone: no cap
+    assert local.undertrained(plan) is None
+
+
+def test_the_bare_commands_budget_is_updates_and_a_time_limit_alone_is_a_budget_of_time(tmp_path):
+    """What the flags resolve to under local's defaults: none (6,000 updates, 900-s cap), --time-limit-s alone
+    (that many seconds, updates unbounded), --steps alone (those updates, no cap)."""
+
+    def budget(*flags: str) -> tuple[int, float]:
+        args = driver.parse_args(["--preset", "smoke", "--out", str(tmp_path), *flags], "t", local.LOCAL_DEFAULTS)
+        args.defaults = local.LOCAL_DEFAULTS
+        d = driver.resolve(args).driver
+        return d.steps, d.time_limit_s
+
+    assert budget() == (6_000, 900.0)
+    assert budget("--time-limit-s", "60") == (1_000_000, 60.0)
+    assert budget("--steps", "300") == (300, 0.0)
+    assert budget("--steps", "300", "--time-limit-s", "60") == (300, 60.0)
 
 
 # ---------------------------------------------------------------------------------------------- the throughput plot
@@ -173,6 +210,9 @@ def test_no_resume_command_after_a_kill_and_no_market_commands_elsewhere():
     assert f"foxhunt_ray.evaluate {plan.run_dir} --episodes 256" in done
     assert "--steps 1000000" not in done  # local's placeholder cap is no part of a command to type
     assert "--resume" not in local.next_commands(plan, EXIT_KILLED)
+    # the default budget of updates (the time only a cap): train further is more updates
+    plan.driver = DriverConfig(steps=6_000, time_limit_s=900.0, rollout_workers=1)
+    assert f"--resume {plan.run_dir} --steps 12000" in local.next_commands(plan, EXIT_OK)
 
 
 # ----------------------------------------------------------------------------------- a resume that would train nothing

@@ -177,12 +177,12 @@ def test_local_picks_the_cpu_sizing_without_cuda_and_records_it(tmp_path, monkey
     assert (cfg.preset, cfg.settings, cfg.sizing, cfg.learner.hidden_dim) == ("phase4_3", "learn", "cpu", 128)
     assert plan.driver.rollout_workers == 1
     assert "torch sees no CUDA device" in plan.sizing_reason
-    assert (plan.driver.time_limit_s, plan.driver.steps) == (240.0, 1_000_000)  # a time budget by default
+    assert (plan.driver.time_limit_s, plan.driver.steps) == (900.0, 6_000)  # a budget of updates, a cap of time
     header = driver.describe(plan)
     assert "settings learn: lr 0.003, dueling_lr 0.003, reward_scale 0.032 (from the market" in header
     assert header.split("\n")[0].endswith("observation standardised (learner.obs_norm), distillation temperature 0.3")
     assert "sizing cpu (torch sees no CUDA device" in header and "hidden_dim 128" in header
-    assert "budget 240 s of training" in header
+    assert "budget 900 s of training or update 6,000, whichever comes first" in header
     driver.write_config(plan)
     run = json.loads((plan.run_dir / "config.json").read_text())["run"]
     assert (run["settings"], run["sizing"], run["learner"]["hidden_dim"]) == ("learn", "cpu", 128)
@@ -208,6 +208,7 @@ def test_local_on_a_gpu_host_runs_the_host_system_and_on_a_cpu_one_worker(tmp_pa
     plan = _plan([], tmp_path, defaults=host_defaults(cuda=True, cores=16, serial=False))
     assert (plan.config.sizing, plan.driver.rollout_workers, plan.driver.max_payloads_waiting) == ("gpu_host", 11, 3)
     assert (plan.config.rollout.num_envs, plan.config.learner.minibatch_envs) == (2048, 256)
+    assert (plan.driver.steps, plan.driver.time_limit_s) == (20_000, 900.0)  # what its 150-s figures made
     flags = ["--fold", "1", "--rollout-workers", "3", "--max-payloads-waiting", "5"]  # flags still win
     plan = _plan(flags, tmp_path, defaults=host_defaults(cuda=True, cores=16, serial=False))
     assert (plan.driver.rollout_workers, plan.driver.max_payloads_waiting) == (3, 5)
