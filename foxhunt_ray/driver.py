@@ -49,7 +49,7 @@ from actors.kill_rules import EXIT_ERROR, EXIT_OK
 from actors.monitor import DIAG_FILE, SUMMARY_FILE, DiagFileError, Monitor, load_baseline, read_diag, step_records
 from foxhunt_ray import provenance, run_folder
 from foxhunt_ray.config import ConfigError, RunConfig, market_reward_scale, order_fee_usd
-from foxhunt_ray.loops import Hook, LearnerLost, Progress, run_ray, run_serial
+from foxhunt_ray.loops import Hook, LearnerLost, Progress, StopSignals, run_ray, run_serial
 from foxhunt_ray.plan import DriverConfig, Plan
 from foxhunt_ray.presets import PRESET_NAMES, SETTINGS, SIZING_NAMES, SIZINGS, name_errors, run_preset, with_overrides
 from foxhunt_ray.run_folder import (
@@ -289,6 +289,14 @@ def parse_args(
         metavar="S",
         help="Ray mode: replace a learner actor that has not answered a call in S seconds "
         f"(0: wait for ever; default {DriverConfig.learner_timeout_s:g})",
+    )
+    p.add_argument(
+        "--monitor-timeout-s",
+        type=float,
+        default=None,
+        metavar="S",
+        help="Ray mode: end the run (exit 1, its data kept by the driver) when the monitor actor has not answered in "
+        f"S seconds (0: wait for ever; default {DriverConfig.monitor_timeout_s:g})",
     )
     p.add_argument("--inject-nan-at", type=int, default=None, metavar="STEP", help="test only: NaN loss at STEP")
     p.add_argument("--flip-distill-sign", action="store_true", help="test only: distil pi towards -Q")
@@ -645,6 +653,7 @@ def _driver_flags(args: argparse.Namespace) -> dict:
         "time_limit_s",
         "sample_timeout_s",
         "learner_timeout_s",
+        "monitor_timeout_s",
     )
     flags = {n: getattr(args, n) for n in names if getattr(args, n) is not None}
     if getattr(args, "learner_resources", None) is not None:
@@ -697,7 +706,7 @@ def _resolve_resume(args: argparse.Namespace, sha: str) -> Plan:
             " (only --steps, --rollout-workers, --broadcast-every, --checkpoint-every, --checkpoint-interval-s,"
             " --keep-checkpoints,"
             " --max-payloads-waiting, --max-payloads-per-call, --max-payloads-ahead, --time-limit-s,"
-            " --sample-timeout-s, --learner-timeout-s, --learner-resources, "
+            " --sample-timeout-s, --learner-timeout-s, --monitor-timeout-s, --learner-resources, "
             "--serial may change)"
         )
     try:
@@ -836,8 +845,9 @@ def _connect_ray(ray_init: Callable[[], None] | None) -> None:
 
 
 def _sigterm_as_interrupt():
-    """`ray job stop` and schedulers send SIGTERM: treat it as Ctrl-C (checkpoint, summary 'stopped').
-    Returns the previous handler, or None where signals cannot be set (not the main thread)."""
+    """SIGTERM as Ctrl-C, every time: KeyboardInterrupt. (A run installs loops.StopSignals instead, which also holds
+    a burst of signals: docs/faults.md.) Returns the previous handler, or None where signals cannot be set (not
+    the main thread)."""
 
     def interrupt(signum, frame):
         raise KeyboardInterrupt
@@ -874,6 +884,7 @@ def main(
     finally:
         if lock is not None:
             lock.release()
+        StopSignals.release_current()  # a run stopped by a signal kept them to the end (loops.StopSignals)
 
 
 def _take_resumed_folder(args: argparse.Namespace) -> RunLock | None:
@@ -1043,13 +1054,13 @@ def _run(plan: Plan, monitor, *, hook, after, restartable: bool = False) -> int:
     if plan.driver.storage:
         print(f"storage {RunStorage.of_run(plan.driver.storage, plan.run_dir).url}", flush=True)
     print(describe(plan), flush=True)
-    previous = _sigterm_as_interrupt()
+    stop = StopSignals.install()  # SIGINT and SIGTERM, one or a burst, stop the run (docs/faults.md)
     lost: LearnerLost | None = None
     try:
         if plan.serial:
-            code = run_serial(plan, monitor, progress, hook)
+            code = run_serial(plan, monitor, progress, hook, stop)
         else:
-            code = run_ray(plan, monitor, progress, hook)
+            code = run_ray(plan, monitor, progress, hook, stop)
     except LearnerLost as err:
         progress.end_line()
         if restartable:
@@ -1060,9 +1071,10 @@ def _run(plan: Plan, monitor, *, hook, after, restartable: bool = False) -> int:
         progress.end_line()
         code = _end_in_error(plan, monitor, err)
     finally:
+        stop.ending()
         monitor.close()
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        if not stop.count:  # no stop signal: the handlers before the run are back for what comes next
+            StopSignals.release_current()
     if lost is not None:
         raise lost
     if monitor.last is not None:
@@ -1070,6 +1082,14 @@ def _run(plan: Plan, monitor, *, hook, after, restartable: bool = False) -> int:
     progress.end_line()
     print(f"run folder {plan.run_dir}  exit {code}", flush=True)
     code = code if code is not None else EXIT_OK
+    if stop.count and after is not None:  # stopped by a signal: the process ends (main puts the handlers back)
+        print(
+            f"({stop.first}: nothing runs after the stopped run; `python -m foxhunt_ray.evaluate {plan.run_dir}` "
+            "evaluates it)",
+            file=sys.stderr,
+            flush=True,
+        )
+        return code
     return after(plan, code) if after is not None else code
 
 

@@ -22,6 +22,7 @@ import dataclasses
 import functools
 import json
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -375,5 +376,16 @@ def demo(argv: list[str]) -> int:
     return 0
 
 
+def _exit(code: int) -> None:
+    """Ends the process with the run's exit code: once a stop signal has reached the run (loops.StopSignals), a
+    later one of the same burst is ignored while the process exits, instead of ending it another way (143)."""
+    from foxhunt_ray.loops import StopSignals
+
+    if StopSignals.signalled:
+        for sig in StopSignals.SIGNALS:
+            signal.signal(sig, signal.SIG_IGN)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    _exit(main())

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import signal
 import sys
 import threading
@@ -24,6 +25,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
+from actors.checkpoints import latest_checkpoint
 from actors.episode_stats import EPISODE_RETURN_MEAN, PNL_CUM_USD
 from actors.files import write_atomic
 from actors.learner_worker import LearnerWorker
@@ -39,6 +41,187 @@ if TYPE_CHECKING:
     from foxhunt_ray.remote import MonitorHandle
 
 TIMINGS_FILE = "timings.json"
+
+
+class StopSignals:
+    """How a run stops on SIGINT (Ctrl-C) and SIGTERM (`ray job stop`, a scheduler), one signal or a burst of them
+    (docs/faults.md, "Stop signals"):
+
+    - the first starts the stop: the loop ends at a safe point (serial: before its next payload; Ray: at once, by
+      KeyboardInterrupt, but never between a learner call and the monitor call that records it), the steps the
+      learner holds are recorded, a stop checkpoint is kept and summary.json says 'stopped' (exit 0);
+    - a second, while that goes on, is told so on one line and waits for it;
+    - a third abandons the stop checkpoint (if it is still being made) and says so on one line; summary.json is
+      written all the same, and the checkpoints kept before stay;
+    - any later one is ignored.
+
+    No signal raises outside the loop and its stop (`armed` .. `ending`), so none ends the run with a traceback or
+    without its summary.json. Signals are counted as they arrive, not as Python calls the handler: Python calls it
+    once for signals that come close together, and not at all while Ray waits (`ray.get` and `ray.wait` look for
+    signals once a second), so a burst would count as one; the handler counts the bytes that each arrival writes
+    to the wakeup fd (signal.set_wakeup_fd).
+
+    The driver installs one for a run (`install`) and puts the previous handlers back when it is done with the run
+    (`release_current`); a run stopped by a signal runs nothing after it (the driver skips foxhunt_ray.local's
+    evaluation). Without `install` (off the main thread, or a loop called directly) it
+    sees no signal, and a KeyboardInterrupt (a test's hook) stops the run the same way."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+    current: StopSignals | None = None
+    """The installed instance (the driver's run), if any."""
+    signalled = False
+    """Whether a stop signal reached this process's installed instance: foxhunt_ray.local ignores any later one
+    of the burst while the process exits, so that it ends with the run's own exit code."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.first: str | None = None  # the first signal's name, 'SIGTERM'
+        self.armed = False  # in the loop or its stop: a signal may raise KeyboardInterrupt there
+        self.deferred = False  # the first signal waits for the loop's next safe point (check()) instead of raising
+        self.pending = False  # a first signal that has not raised yet
+        self.abandoned = False  # a third signal came while the stop checkpoint could still be abandoned
+        self.ended = False  # the run's summary.json is written (or being written): nothing left to interrupt
+        self.previous: dict = {}
+        self._wakeup: tuple[int, int] | None = None  # the pipe each arrival writes a byte to (read, write)
+        self._previous_wakeup = -1
+        self._credit = 0  # arrivals counted already whose own handler call is still to come
+
+    @classmethod
+    def install(cls) -> StopSignals:
+        """The current instance, else a new one whose handler takes SIGINT and SIGTERM (none off the main thread)."""
+        if cls.current is not None:
+            return cls.current
+        stop = cls()
+        if threading.current_thread() is threading.main_thread():
+            stop._wakeup = os.pipe()
+            for fd in stop._wakeup:
+                os.set_blocking(fd, False)
+            stop._previous_wakeup = signal.set_wakeup_fd(stop._wakeup[1], warn_on_full_buffer=False)
+            stop.previous = {sig: signal.signal(sig, stop._handle) for sig in cls.SIGNALS}
+            cls.current = stop
+        return stop
+
+    @classmethod
+    def release_current(cls) -> None:
+        """The handlers the installed instance replaced, put back."""
+        stop, cls.current = cls.current, None
+        if stop is not None:
+            for sig, handler in stop.previous.items():
+                signal.signal(sig, handler)
+            if stop._wakeup is not None:
+                signal.set_wakeup_fd(stop._previous_wakeup)
+                for fd in stop._wakeup:
+                    os.close(fd)
+                stop._wakeup = None
+
+    def arm(self, *, deferred: bool = False) -> None:
+        """The loop starts (within its try: a KeyboardInterrupt now reaches its stop): a signal that came before
+        raises now, unless `deferred` (the serial loop checks between payloads)."""
+        self.armed, self.deferred, self.ended = True, deferred, False
+        if not deferred:
+            self.check()
+
+    def check(self) -> None:
+        """Raises KeyboardInterrupt for a first signal that waited for this point."""
+        if self.pending:
+            self.pending = False
+            raise KeyboardInterrupt
+
+    @contextlib.contextmanager
+    def deferring(self) -> Iterator[None]:
+        """A first signal inside the block is acted on when the block ends (interrupts_after)."""
+        before, self.deferred = self.deferred, True
+        try:
+            yield
+        finally:
+            self.deferred = before
+        if not before:
+            self.check()
+
+    def ending(self) -> None:
+        """The stop checkpoint is kept or given up, summary.json comes next: no signal raises from here on."""
+        self.armed, self.ended = False, True
+
+    def _handle(self, signum, frame) -> None:
+        interrupt = False
+        for _ in range(self._arrivals(signum)):
+            interrupt = self._arrived(signum) or interrupt
+        if interrupt:  # once, after every arrival of this call is counted
+            raise KeyboardInterrupt
+
+    def _arrivals(self, signum: int) -> int:
+        """How many arrivals of stop signals this handler call stands for: the bytes of `signum` in the wakeup fd
+        (those of the other stop signal are counted when their own call comes, as credit); 1 without a wakeup fd,
+        or when its byte is not there yet (another thread took the signal and is still writing it)."""
+        if self._wakeup is None:
+            return 1
+        data = b""
+        try:
+            while chunk := os.read(self._wakeup[0], 512):
+                data += chunk
+        except OSError:  # BlockingIOError: nothing (more) to read
+            pass
+        mine = data.count(bytes([signum]))
+        self._credit += sum(data.count(bytes([int(sig)])) for sig in self.SIGNALS if sig != signum)
+        if mine:
+            return mine
+        if self._credit:
+            self._credit -= 1
+            return 0
+        return 1
+
+    def _arrived(self, signum: int) -> bool:
+        """One stop signal more; whether it raises KeyboardInterrupt (the first in the loop, the third in the stop)."""
+        self.count += 1
+        StopSignals.signalled = True
+        if self.count == 1:
+            self.first = signal.Signals(signum).name
+            if self.armed and not self.deferred:
+                return True
+            self.pending = not self.ended  # before the loop, or deferred in it: raised at its next check()
+            if self.ended:
+                _say(f"{self.first}: the run is ending; it stops there (nothing runs after it)")
+            return False
+        if self.count == 2:
+            tail = "; a third signal abandons the stop checkpoint" if self.armed else ""
+            _say(f"stopping ({self.first}, then {signal.Signals(signum).name}): the run ends once its checkpoint "
+                 f"and summary.json are written{tail}")
+            return False
+        if self.count == 3 and self.armed:
+            self.abandoned = True
+            _say("a third signal: the stop checkpoint is abandoned; summary.json is still written and the checkpoints "
+                 "kept before stay")
+            return True
+        return False
+
+
+def _say(line: str) -> None:
+    """One line on stderr from a signal handler. The handler may run while this thread writes to stderr, where a
+    second write through the same buffer raises RuntimeError ('reentrant call'): the line then goes to the file
+    descriptor itself."""
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except RuntimeError:
+        os.write(sys.stderr.fileno(), (line + "\n").encode())
+
+
+def _stop_message(stop: StopSignals) -> str:
+    """summary.json's message for a stopped run."""
+    what = "interrupted by the user (Ctrl-C)" if stop.first in (None, "SIGINT") else f"stopped by {stop.first}"
+    if stop.abandoned:
+        what += "; a third signal abandoned the stop checkpoint: the newest one kept may be older than this update"
+    return what
+
+
+def _stop_line(plan: Plan, step: int | None, kept: bool, stop: StopSignals) -> str:
+    """The line a stop ends with: where its checkpoint is, or that it was abandoned and which one is the newest."""
+    at = f" at update {step}" if step is not None else ""
+    newest = latest_checkpoint(plan.run_dir)
+    if kept or (newest and newest[0] == step):  # Ray: a checkpoint the monitor was writing when abandoned is whole
+        return f"interrupted{at}: checkpoint kept in {plan.run_dir}"
+    kept_before = f"the newest checkpoint is update {newest[0]}" if newest else "no checkpoint is kept"
+    why = "abandoned" if stop.abandoned else "not kept"
+    return f"interrupted{at}: the stop checkpoint was {why}; {kept_before} in {plan.run_dir}"
 
 
 class Progress:
@@ -182,7 +365,9 @@ def _rollout_totals(timings: list[dict]) -> dict:
     return out
 
 
-def run_serial(plan: Plan, monitor: Monitor, progress: Progress, hook: Hook | None = None) -> int:
+def run_serial(
+    plan: Plan, monitor: Monitor, progress: Progress, hook: Hook | None = None, stop: StopSignals | None = None
+) -> int:
     """Every role in this process: the loop of docs/system.md with checkpoints and resume. The process runs
     torch with `rollout.torch_threads` threads (default 1) for the run, as a rollout worker's process would:
     torch's default of one thread a core is several times slower where the other cores are busy (BENCHMARKS.md,
@@ -192,12 +377,12 @@ def run_serial(plan: Plan, monitor: Monitor, progress: Progress, hook: Hook | No
     threads_before = torch.get_num_threads()
     torch.set_num_threads(plan.config.rollout.torch_threads)
     try:
-        return _run_serial(plan, monitor, progress, hook)
+        return _run_serial(plan, monitor, progress, hook, stop or StopSignals())
     finally:
         torch.set_num_threads(threads_before)  # driver.main called in a process that goes on (tests, notebooks)
 
 
-def _run_serial(plan: Plan, monitor: Monitor, progress: Progress, hook: Hook | None) -> int:
+def _run_serial(plan: Plan, monitor: Monitor, progress: Progress, hook: Hook | None, stop: StopSignals) -> int:
     cfg, drv = plan.config, plan.driver
     learner = LearnerWorker(cfg.learner, **learner_kwargs(plan))
     if plan.checkpoint is not None:
@@ -216,7 +401,9 @@ def _run_serial(plan: Plan, monitor: Monitor, progress: Progress, hook: Hook | N
     code, i, start = None, 0, time.monotonic()
     broadcast_at = learner.step
     try:
+        stop.arm(deferred=True)  # a payload's steps are trained and recorded whole before a stop (check())
         while learner.step < drv.steps and not drv.out_of_time(start):
+            stop.check()
             payload = workers[i % len(workers)].sample()
             diags = learner.train([payload], stop_at=drv.steps, progress=drv.progress(learner.step, start))
             keep(learner.take_checkpoints())
@@ -236,12 +423,21 @@ def _run_serial(plan: Plan, monitor: Monitor, progress: Progress, hook: Hook | N
                 weights = learner.policy_weights()
                 for w in workers:
                     w.set_weights(weights)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # a stop signal (StopSignals), or Ctrl-C where none is installed
         progress.end_line()
-        keep([learner.checkpoint()])
-        print(f"interrupted at update {learner.step}: checkpoint kept in {plan.run_dir}", file=sys.stderr)
-        return monitor.finish("stopped", "interrupted by the user (Ctrl-C)")
+        kept = False
+        try:
+            if not stop.abandoned:
+                keep([learner.checkpoint()])  # a third signal here leaves no temporary file (write_atomic)
+                kept = True
+        except KeyboardInterrupt:
+            pass
+        stop.ending()
+        step = int(monitor.last["step"]) if monitor.last else plan.resume_step
+        print(_stop_line(plan, step, kept, stop), file=sys.stderr, flush=True)
+        return monitor.finish("stopped", _stop_message(stop))
     finally:
+        stop.ending()
         write_timings(
             plan,
             time.monotonic() - start,
@@ -252,7 +448,7 @@ def _run_serial(plan: Plan, monitor: Monitor, progress: Progress, hook: Hook | N
         )
         for w in workers:
             w.stop()
-    keep([learner.checkpoint()])
+    keep([learner.checkpoint()])  # the run's end: a signal now only stops what would run after it (StopSignals)
     return code if code is not None else monitor.finish("done")
 
 
@@ -265,9 +461,11 @@ LEARNER_NAME = "foxhunt-learner"
 """Prefix of the learner actor's name (then the run folder and a tag): how the dashboard and `ray.get_actor` find it."""
 
 
-def run_ray(plan: Plan, monitor: MonitorHandle, progress: Progress, hook: Hook | None = None) -> int:
+def run_ray(
+    plan: Plan, monitor: MonitorHandle, progress: Progress, hook: Hook | None = None, stop: StopSignals | None = None
+) -> int:
     """Rollout actors, the learner actor and the monitor actor, driven with ray.wait. Raises LearnerLost when the
-    learner actor dies."""
+    learner actor dies. A monitor actor silent for drv.monitor_timeout_s ends the run (_Drive.monitor_silent)."""
     import uuid
 
     import ray
@@ -280,7 +478,9 @@ def run_ray(plan: Plan, monitor: MonitorHandle, progress: Progress, hook: Hook |
     cls = remote.learner_actor(gpus=learner_gpus, resources=drv.learner_resources)
     learner = cls.options(name=name).remote(cfg.learner, **learner_kwargs(plan))
     workers: list = []
-    drive = _Drive(plan, monitor, progress, learner, hook)
+    stop = stop or StopSignals()
+    monitor.timeout_s = drv.monitor_timeout_s
+    drive = _Drive(plan, monitor, progress, learner, hook, stop)
     lost = False
     try:
         if plan.checkpoint is not None:  # its bytes, read here: the learner's node may not see the run folder
@@ -292,21 +492,21 @@ def run_ray(plan: Plan, monitor: MonitorHandle, progress: Progress, hook: Hook |
         # no weights in the constructor: a restarted actor reruns it, and loads the weights its next sample brings
         workers = [cls.remote(cfg.rollout, cfg.market, **worker_kwargs(plan, i)) for i in range(drv.rollout_workers)]
         drive.workers = workers
+        stop.arm()  # a signal that came while the actors started stops the run here
         return drive.run()
     except ray.exceptions.RayActorError as err:  # also a call whose input was the dead learner's answer
         if getattr(err, "actor_id", None) != learner._actor_id.hex():
             raise
         lost = True
         raise LearnerLost(f"{type(err).__name__} at update {drive.last_step()}") from err
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # a stop signal (StopSignals), or Ctrl-C where none is installed
         progress.end_line()
-        try:  # the steps the learner has queued are finished and recorded, then kept in a checkpoint
-            ray.get(monitor.record_update(learner.drain_answer.remote()), timeout=60)
-            ray.get(monitor.keep_checkpoint(learner.checkpoint.remote()), timeout=120)
-            print(f"interrupted: checkpoint kept in {plan.run_dir}", file=sys.stderr)
-        except Exception as err:  # the actors may be gone with the same Ctrl-C; the periodic checkpoint stays
-            print(f"interrupted: no final checkpoint ({err}); the last periodic one stays", file=sys.stderr)
-        return monitor.finish("stopped", "interrupted by the user (Ctrl-C)")
+        try:
+            return drive.stop_run()
+        except remote.MonitorSilent as err:
+            return drive.monitor_silent(err)
+    except remote.MonitorSilent as err:
+        return drive.monitor_silent(err)
     except LearnerLost:  # killed by the loop's watchdog at the run's end (_Drive._get_learner)
         lost = True
         raise
@@ -314,6 +514,7 @@ def run_ray(plan: Plan, monitor: MonitorHandle, progress: Progress, hook: Hook |
         _catch_up(monitor)
         raise
     finally:
+        stop.ending()
         try:
             if lost:  # the next run of the loop (a resume in this process) writes them
                 raise RuntimeError("the learner actor died")
@@ -324,7 +525,7 @@ def run_ray(plan: Plan, monitor: MonitorHandle, progress: Progress, hook: Hook |
             roles = {
                 "learner": ray.get(learner.timings.remote(), timeout=60),
                 "rollout": _rollout_totals(ray.get(answered)),
-                "monitor": ray.get(monitor.actor.timings.remote(), timeout=60),
+                "monitor": monitor.timings(),
                 "driver": drive.seconds,
             }
             write_timings(plan, drive.wall_s(), roles, ray.get(drive.snapshots, timeout=60))
@@ -336,12 +537,17 @@ def run_ray(plan: Plan, monitor: MonitorHandle, progress: Progress, hook: Hook |
 
 
 @contextlib.contextmanager
-def interrupts_after() -> Iterator[None]:
+def interrupts_after(stop: StopSignals | None = None) -> Iterator[None]:
     """A Ctrl-C or SIGTERM that comes inside the block is handled when the block ends, by the handler it would have
-    met (the driver's turns SIGTERM into KeyboardInterrupt): the learner call and the monitor call that records its
-    answer are sent both or neither. (An interrupt between the two would leave the monitor a gap of steps, so that
-    the stop's drain is refused and no final checkpoint kept.) Outside the main thread, where handlers cannot be
-    set, the block runs as it is."""
+    met (the driver's StopSignals, or any that turns SIGTERM into KeyboardInterrupt): the learner call and the
+    monitor call that records its answer are sent both or neither. (An interrupt between the two would leave the
+    monitor a gap of steps, so that the stop's drain is refused and no final checkpoint kept.) With `stop`
+    installed, its own deferral does it, so that every signal of a burst is counted. Outside the main thread,
+    where handlers cannot be set, the block runs as it is."""
+    if stop is not None and stop is StopSignals.current:
+        with stop.deferring():
+            yield
+        return
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -366,6 +572,9 @@ def _catch_up(monitor: MonitorHandle) -> None:
     update diag.jsonl ends with."""
     import ray
 
+    if monitor.local is not None:  # the driver took the run folder over (MonitorHandle.take_over)
+        monitor.last = monitor.local.last
+        return
     try:
         monitor.last = ray.get(monitor.actor.last_record.remote(), timeout=60)
     except ray.exceptions.RayError:  # the monitor actor is gone too: the driver's last record stands
@@ -400,11 +609,20 @@ class _Drive:
     weights go to the rollout actors once the learner has made them, never as a pending ref that would hold up
     an actor's next sample. A sample in
     flight longer than `drv.sample_timeout_s` (STARTUP_GRACE_S for an actor's first) has its actor killed for Ray to
-    restart it (`_restart_silent`); a learner call unanswered for `drv.learner_timeout_s` has the learner actor
-    killed, for the driver to replace it as one that died (`_kill_stuck_learner`)."""
+    restart it (`_restart_silent`); a learner call whose own answer (`update_from`'s, not the monitor's that records
+    it) has not come for `drv.learner_timeout_s` has the learner actor killed, for the driver to replace it as one
+    that died (`_kill_stuck_learner`); a monitor answer not back `drv.monitor_timeout_s` after the monitor could
+    start on it (the learner's answer ready and the monitor's previous answer back) raises MonitorSilent, and the
+    driver ends the run writing the run folder itself (`monitor_silent`): a silent monitor is named as such, and
+    the learner is never blamed for the time it waits on it."""
 
-    def __init__(self, plan: Plan, monitor, progress: Progress, learner, hook: Hook | None):
+    def __init__(self, plan: Plan, monitor, progress: Progress, learner, hook: Hook | None, stop: StopSignals):
         self.plan, self.monitor, self.progress, self.learner, self.hook = plan, monitor, progress, learner, hook
+        self.stop = stop
+        self.calls: list[tuple] = []  # (monitor's answer ref, payloads in it, the learner's answer ref), oldest first
+        self.learner_done: dict = {}  # a call's monitor answer ref -> when its learner answer was seen ready
+        self.learner_answered = False  # this learner has answered a call (its start's grace is over)
+        self.monitor_free_at = time.monotonic()  # when the monitor's previous answer came back
         self.workers: list = []
         self.seconds = {"wait_s": 0.0, "dispatch_s": 0.0, "answers": 0.0}
         self.snapshots: list = []  # refs of the learner's timings at half the time limit and at the loop's end
@@ -426,6 +644,113 @@ class _Drive:
         last = getattr(self.monitor, "last", None)
         return int(last["step"]) if last else self.plan.resume_step
 
+    def stop_run(self) -> int:
+        """The stop (StopSignals): the steps the learner has queued are finished and recorded, then kept in a stop
+        checkpoint, and summary.json says 'stopped'. A third signal abandons the wait: the learner actor is
+        killed, so that the monitor's calls waiting on its answers fail at once instead of holding summary.json
+        back (a checkpoint the monitor is already writing is finished)."""
+        import ray
+
+        monitor, learner, stop = self.monitor, self.learner, self.stop
+        kept, why = False, ""
+        try:
+            if not stop.abandoned:
+                drained = ray.get(monitor.record_update(learner.drain_answer.remote()), timeout=60)
+                if drained.get("n"):
+                    monitor.last = drained["record"]
+                ray.get(monitor.keep_checkpoint(learner.checkpoint.remote()), timeout=120)
+                kept = True
+        except KeyboardInterrupt:  # a third signal (StopSignals)
+            pass
+        except Exception as err:  # the actors may be gone with the same signal; the periodic checkpoints stay
+            why = f" ({type(err).__name__}: {err})"[:300]
+        stop.ending()
+        if not kept:
+            ray.kill(learner)
+        code = monitor.finish("stopped", _stop_message(stop))
+        print(_stop_line(self.plan, self.last_step(), kept, stop) + why, file=sys.stderr, flush=True)
+        return code
+
+    def monitor_silent(self, silent: Exception) -> int:
+        """The monitor actor answered nothing for drv.monitor_timeout_s (MonitorSilent): the run ends with exit 1
+        and the run folder whole. The actor is killed (its process gone), and the driver takes the run folder
+        over (MonitorHandle.take_over): it records the learner's answers the actor never recorded (the calls in
+        flight, the drain), in order and each step once, keeps a final checkpoint at the learner's step and writes
+        summary.json 'error' naming the monitor and --monitor-timeout-s. A kill the driver already knew of stands
+        (exit 3). The learner, healthy, is not replaced; one stuck as well (--learner-timeout-s) is killed and
+        what it held is lost (the newest checkpoint stays)."""
+        plan, monitor, learner = self.plan, self.monitor, self.learner
+        self.stop.ending()
+        self.progress.end_line()
+        print(
+            f"warning: {silent}: killing it; the driver records what the learner holds, keeps a checkpoint and ends "
+            "the run",
+            file=sys.stderr,
+            flush=True,
+        )
+        known = monitor.exit_code  # a kill the driver already reported: its summary.json stands
+        local = monitor.take_over()
+        if local is None:
+            print(
+                f"error: {silent}; its process {monitor.pid} could not be ended, so the driver leaves "
+                f"{plan.run_dir} as it is (diag.jsonl whole lines, its checkpoints whole, summary.json not written)",
+                file=sys.stderr,
+                flush=True,
+            )
+            monitor.exit_code = known if known is not None else 1
+            return monitor.exit_code
+        held = [u for _, _, u in self.calls]
+        self.calls.clear()
+        learner_ok = True
+        if known is None:
+            for update in [*held, learner.drain_answer.remote()]:
+                answer = self._learner_answer(update)
+                if answer is None:
+                    learner_ok = False
+                    break
+                answer = {**answer, "diags": [d for d in answer["diags"] if d["step"] > local.last_step]}
+                recorded = local.record_update(answer)
+                if recorded.get("n"):
+                    monitor.last = recorded["record"]
+                if recorded.get("decision") is not None:
+                    known = _report(monitor, self.progress, recorded["decision"])
+        if learner_ok and (checkpoint := self._learner_answer(learner.checkpoint.remote())) is not None:
+            local.keep_checkpoint(checkpoint)
+        if known is not None:
+            return known
+        step = local.last_step
+        newest = latest_checkpoint(plan.run_dir)
+        if newest and newest[0] == step:
+            where = "a checkpoint there"
+        else:
+            where = f"its newest checkpoint at update {newest[0]}" if newest else "no checkpoint"
+        message = (
+            f"{silent}: the run stopped after update {step}; the driver killed the monitor actor and wrote diag.jsonl "
+            f"(whole lines, every step once), {where} and this summary itself; resume with --resume {plan.run_dir}"
+        )
+        print(f"error: {message}", file=sys.stderr, flush=True)
+        return monitor.finish("error", message)
+
+    def _learner_answer(self, ref):
+        """The learner's answer behind ref within _learner_wait, or None (the learner stuck too: killed, told on
+        stderr; or dead)."""
+        import ray
+
+        timeout = self._learner_wait()
+        try:
+            return ray.get(ref, timeout=timeout or None)
+        except ray.exceptions.GetTimeoutError:
+            print(
+                f"warning: the learner actor answered nothing in {timeout:g} s either (--learner-timeout-s): killed; "
+                "what it held is lost",
+                file=sys.stderr,
+                flush=True,
+            )
+            ray.kill(self.learner)
+        except ray.exceptions.RayError as err:
+            print(f"warning: the learner actor's answer is lost ({type(err).__name__})", file=sys.stderr, flush=True)
+        return None
+
     def run(self) -> int:
         import ray
 
@@ -441,10 +766,10 @@ class _Drive:
 
         ready: list = []
         idle: list[int] = []
-        calls: list[tuple] = []  # (answer ref, payloads in it), in submission order
+        calls = self.calls  # (monitor's answer ref, payloads in it, learner's answer ref), in submission order
 
         def waiting() -> int:
-            return len(ready) + sum(n for _, n in calls)
+            return len(ready) + sum(n for _, n, _ in calls)
 
         def room() -> bool:
             """Whether one more sample may be asked (drv.max_payloads_waiting, drv.max_payloads_ahead)."""
@@ -463,11 +788,11 @@ class _Drive:
         # actor's next sample until the learner got to it (behind its queued update calls).
         asked_weights = None
         lost_in_a_row, code, starved = 0, None, None
-        self.start = time.monotonic()
+        self.start = self.monitor_free_at = time.monotonic()
 
         def dispatched() -> int:
             """The learner step once every payload sent to it is trained on."""
-            return learner_step + per_payload * sum(n for _, n in calls)
+            return learner_step + per_payload * sum(n for _, n, _ in calls)
 
         def wanted() -> bool:
             """Whether the run still wants samples: steps left beyond those dispatched, and time left."""
@@ -485,26 +810,35 @@ class _Drive:
                 cap = drv.max_payloads_per_call or len(ready)
                 take, ready = ready[:cap], ready[cap:]  # the oldest first; the rest go in the next call
                 progress = drv.progress(dispatched(), self.start)
-                with interrupts_after():  # the learner's call and the monitor's both sent, or neither
-                    answer = monitor.record_update(learner.update_from.remote(take, drv.steps, progress))
-                calls.append((answer, len(take)))
+                with interrupts_after(self.stop):  # the learner's call and the monitor's both sent, or neither
+                    update = learner.update_from.remote(take, drv.steps, progress)
+                    answer = monitor.record_update(update)
+                calls.append((answer, len(take), update))
                 self.call_sent[answer] = time.monotonic()
                 self.seconds["dispatch_s"] += time.monotonic() - t0
                 continue
             if not calls and not (more and samples):
                 break
-            wait_on = ([*samples] if more else []) + [c for c, _ in calls[:1]]
+            wait_on = ([*samples] if more else []) + [c for c, _, _ in calls[:1]]
+            watched = self._watched()  # the oldest call whose learner answer is not in yet (for the watchdogs)
+            if watched is not None:
+                wait_on.append(watched[2])
             if asked_weights is not None:
                 wait_on.append(asked_weights)
-            timeout = self._wait_timeout(samples if more else {}, asked, calls[0][0] if calls else None)
+            timeout = self._wait_timeout(samples if more else {}, asked, watched)
             found, _ = ray.wait(wait_on, num_returns=1, timeout=timeout)
             t1 = time.monotonic()
             self.seconds["wait_s"] += t1 - t0
-            if not found:  # a sample or the learner past its deadline, or the time limit reached: look again
+            if not found:  # a sample, the learner or the monitor past its deadline, or the time limit: look again
                 self._restart_silent(samples, asked, t1)
-                self._kill_stuck_learner(calls[0][0] if calls else None, t1)
+                self._kill_stuck_learner(watched[0] if watched else None, t1)
+                self._check_monitor(t1)
                 continue
             (done,) = found
+            if watched is not None and done == watched[2]:  # the learner answered: from now on the monitor's turn
+                self.learner_done[watched[0]] = t1
+                self.learner_answered = True
+                continue
             if drv.time_limit_s and not self.snapshots and t1 - self.start >= drv.time_limit_s / 2:
                 self.snapshots.append(learner.timings.remote())  # queued behind the calls: no wait here
             if done == asked_weights:
@@ -514,6 +848,8 @@ class _Drive:
             elif calls and done == calls[0][0]:
                 calls.pop(0)
                 self.call_sent.pop(done, None)
+                self.learner_done.pop(done, None)
+                self.learner_answered, self.monitor_free_at = True, t1
                 answer = ray.get(done)  # ready: this does not block
                 self.seconds["answers"] += 1
                 learner_step = answer["step"]
@@ -523,7 +859,7 @@ class _Drive:
                         raise RuntimeError(f"{lost_in_a_row} samples lost in a row: {why}")
                 if answer.get("starved") and not answer.get("after_end"):
                     starved = answer["starved"]  # the run ends once the learner's queued steps are recorded
-                    self._get_learner([c for c, _ in calls])  # the queued calls finish before the learner checkpoints
+                    self._end_calls()  # the queued calls finish before the learner checkpoints
                     break
                 if answer.get("after_end") or not answer["n"]:
                     resume_idle()
@@ -531,7 +867,7 @@ class _Drive:
                 lost_in_a_row = 0
                 monitor.last = answer["record"]
                 if (code := _report(monitor, self.progress, answer["decision"])) is not None:
-                    self._get_learner([c for c, _ in calls])  # answers queued behind the kill end as after_end
+                    self._end_calls()  # answers queued behind the kill end as after_end
                     break
                 step = int(monitor.last["step"])
                 if self.hook is not None:
@@ -555,14 +891,19 @@ class _Drive:
             self.snapshots.append(learner.timings.remote())
         self.worker_timings = [w.timings.remote() for w in workers]
         if code is None:  # the steps the learner still runs: their lines, and perhaps a kill among them
-            answer = self._get_learner(monitor.record_update(learner.drain_answer.remote()))
+            drain = learner.drain_answer.remote()
+            calls.append((monitor.record_update(drain), 0, drain))  # held, as a call's, for monitor_silent
+            (answer,) = self._end_calls()
             if answer.get("n"):
                 monitor.last = answer["record"]
                 code = _report(monitor, self.progress, answer["decision"])
         if code is None and starved is not None:  # after the last good payload's lines (train(wait=False) held them)
             code = _starved(monitor, self.progress, starved)
         self.end = time.monotonic()
-        self._get_learner(monitor.keep_checkpoint(learner.checkpoint.remote()))
+        checkpoint = learner.checkpoint.remote()
+        kept = monitor.keep_checkpoint(checkpoint)
+        self._wait_learner([checkpoint], "the final checkpoint")
+        monitor.get(kept, "keeping the final checkpoint")
         return code if code is not None else monitor.finish("done")
 
     def _deadline(self, asked_at: float, i: int) -> float:
@@ -576,22 +917,53 @@ class _Drive:
         """How long the learner may take to answer: drv.learner_timeout_s, or LEARNER_STARTUP_GRACE_S before this
         learner's first answer (0: for ever)."""
         timeout = self.plan.driver.learner_timeout_s
-        return max(timeout, LEARNER_STARTUP_GRACE_S) if timeout and not self.seconds["answers"] else timeout
+        return max(timeout, LEARNER_STARTUP_GRACE_S) if timeout and not self.learner_answered else timeout
 
     def _call_deadline(self, call) -> float:
         """When the learner's answer to `call` is overdue (_learner_wait after it was sent)."""
         return self.call_sent[call] + self._learner_wait()
 
-    def _wait_timeout(self, samples: dict, asked: dict, call) -> float | None:
+    def _watched(self) -> tuple | None:
+        """The oldest call whose learner answer has not been seen (None: none, or neither the learner's nor the
+        monitor's watchdog is on): the loop waits on that answer too, so that the learner's time is told apart
+        from the monitor's."""
+        drv = self.plan.driver
+        if not (drv.learner_timeout_s or drv.monitor_timeout_s):
+            return None
+        return next((c for c in self.calls if c[0] not in self.learner_done), None)
+
+    def _monitor_deadline(self) -> float | None:
+        """When the monitor's answer to the oldest call is overdue: drv.monitor_timeout_s after the monitor could
+        start on it (its learner answer seen, the monitor's previous answer back); None before that, or when
+        the watchdog is off."""
+        timeout = self.plan.driver.monitor_timeout_s
+        if not timeout or not self.calls or self.calls[0][0] not in self.learner_done:
+            return None
+        return max(self.learner_done[self.calls[0][0]], self.monitor_free_at) + timeout
+
+    def _check_monitor(self, now: float) -> None:
+        """Raises MonitorSilent when the monitor's answer to the oldest call is overdue (_monitor_deadline)."""
+        from foxhunt_ray.remote import MonitorSilent
+
+        deadline = self._monitor_deadline()
+        if deadline is not None and now >= deadline:
+            timeout = self.plan.driver.monitor_timeout_s
+            waited = now - deadline + timeout
+            raise MonitorSilent(waited, timeout, "after the learner's answer it records was ready")
+
+    def _wait_timeout(self, samples: dict, asked: dict, watched: tuple | None) -> float | None:
         """Seconds ray.wait may block: until the first sample in flight is overdue (_deadline), the oldest learner
-        call is (_call_deadline), or the time limit (so that the loop stops asking for samples then); None when
-        none applies."""
+        call is (_call_deadline), the monitor's answer is (_monitor_deadline), or the time limit (so that the loop
+        stops asking for samples then); None when none applies."""
         drv, now = self.plan.driver, time.monotonic()
         ends = []
         if drv.sample_timeout_s and samples:
             ends.append(min(self._deadline(asked[ref], i) for ref, i in samples.items()))
+        call = watched[0] if watched is not None else None
         if drv.learner_timeout_s and call in self.call_sent:
             ends.append(self._call_deadline(call))
+        if (monitor_deadline := self._monitor_deadline()) is not None:
+            ends.append(monitor_deadline)
         if drv.time_limit_s and samples:
             ends.append(self.start + drv.time_limit_s)
         return max(0.0, min(ends) - now) + 0.01 if ends else None
@@ -644,27 +1016,36 @@ class _Drive:
             asked[ref] = now  # the retried sample gets its own time, with the grace of a start
             self.starting.add(i)
 
-    def _get_learner(self, refs):
-        """ray.get of what waits on the learner at the loop's end (its queued calls, the drain, the final
-        checkpoint), within _learner_wait: a learner stuck there is killed and LearnerLost raised, for the driver
-        to replace it from the newest checkpoint."""
+    def _end_calls(self) -> list:
+        """The monitor's answers to every call still in flight at the loop's end (the queued update calls, the
+        drain), in order: the learner's answers within _learner_wait (_wait_learner), then the monitor's within
+        drv.monitor_timeout_s (MonitorSilent); the calls are answered then, and no longer held."""
+        if not self.calls:
+            return []
+        self._wait_learner([u for _, _, u in self.calls], "its queued calls")
+        answers = self.monitor.get([a for a, _, _ in self.calls], "recording the learner's last answers")
+        self.calls.clear()
+        return answers
+
+    def _wait_learner(self, refs: list, what: str) -> None:
+        """Waits for the learner's answers behind refs at the loop's end (its queued calls, the drain, the final
+        checkpoint), within _learner_wait (0: for ever): a learner stuck there is killed and LearnerLost raised,
+        for the driver to replace it from the newest checkpoint. The monitor's calls that record them are
+        waited on apart (MonitorHandle.get): the learner is never held to the monitor's time."""
         import ray
 
         timeout = self._learner_wait()
-        if not timeout:
-            return ray.get(refs)
-        try:
-            return ray.get(refs, timeout=timeout)
-        except ray.exceptions.GetTimeoutError:
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout or None, fetch_local=False)
+        if len(ready) < len(refs):
             self.progress.end_line()
             print(
-                f"warning: the learner actor answered nothing in {timeout:g} s at the run's end (stuck; "
+                f"warning: the learner actor answered nothing in {timeout:g} s at the run's end ({what}; stuck; "
                 "--learner-timeout-s sets the wait): killing it for the driver to replace",
                 file=sys.stderr,
                 flush=True,
             )
             ray.kill(self.learner)
-            raise LearnerLost(f"no answer in {timeout:g} s at update {self.last_step()}") from None
+            raise LearnerLost(f"no answer in {timeout:g} s at update {self.last_step()}")
 
     def _kill_stuck_learner(self, call, now: float) -> None:
         """Kills the learner actor when its oldest call is overdue (_call_deadline): alive but stuck, it would hold

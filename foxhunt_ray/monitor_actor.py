@@ -8,6 +8,7 @@ checks that it is not loaded).
 
 from __future__ import annotations
 
+import os
 import time
 
 from actors.checkpoints import KEEP_CHECKPOINTS, Checkpoint
@@ -73,3 +74,8 @@ class RayMonitor(Monitor):
 
     def ready(self) -> bool:
         return True
+
+    def pid(self) -> int:
+        """This actor's process id (on the driver's node): the driver makes sure the process is gone before it
+        writes the run folder itself (MonitorHandle.take_over)."""
+        return os.getpid()

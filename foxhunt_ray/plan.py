@@ -70,6 +70,13 @@ class DriverConfig:
     """Ray mode: a learner call not answered this many seconds after it was sent (the learner actor alive but
     stuck) has the learner actor killed; the driver replaces it as one that died (max_learner_restarts). 1800 s
     for a learner's first answer (it may build the CUDA extension and capture its graphs first). 0: wait for ever."""
+    monitor_timeout_s: float = 600.0
+    """Ray mode: the monitor actor's answer not back this many seconds after the monitor could start on it (the
+    learner's answer it records is ready and its previous call is answered; a call of the driver's own, the
+    stop's checkpoint or summary.json, after it was sent) ends the run: the monitor actor (alive but silent:
+    stopped, hung) is killed, and the driver records what the learner still holds, keeps a final checkpoint and
+    writes summary.json 'error' itself (exit 1; docs/faults.md). The learner is never blamed for it: its own
+    timeout counts until its answer is ready. 0: wait for ever."""
     max_learner_restarts: Annotated[int, Int(ge=0)] = 3
     """Ray mode: times a learner actor that died (killed, out of memory) is replaced within the run, resuming from
     its newest checkpoint: diag.jsonl is cut back to that step and goes on from it, no gap and no duplicate."""
@@ -93,7 +100,8 @@ class DriverConfig:
             errs.append(
                 "driver.keep_checkpoints=1 must be 0 (all) or >= 2: a resume may need the one before the newest"
             )
-        for name in ("time_limit_s", "checkpoint_interval_s", "sample_timeout_s", "learner_timeout_s"):
+        timeouts = ("sample_timeout_s", "learner_timeout_s", "monitor_timeout_s")
+        for name in ("time_limit_s", "checkpoint_interval_s", *timeouts):
             t = getattr(self, name)
             if isinstance(t, bool) or not isinstance(t, int | float) or not 0 <= t < float("inf"):
                 errs.append(f"driver.{name}={t!r} must be a number of seconds >= 0 (0: no limit)")

@@ -20,13 +20,18 @@
   driver's node whatever node made it; the answer travels from the learner's node to the monitor's through the
   object store. `MonitorHandle` gives the driver the calls it makes on a plain Monitor (finish, close, last,
   exit_code) and `keep_checkpoint`. RayMonitor lives in foxhunt_ray.monitor_actor, which imports no torch: the
-  monitor's process starts without it (a second of CPU and a few hundred MB it never uses).
+  monitor's process starts without it (a second of CPU and a few hundred MB it never uses). A monitor actor
+  silent for `DriverConfig.monitor_timeout_s` raises MonitorSilent in the driver, which then kills it and writes
+  the run folder itself through `MonitorHandle.take_over` (foxhunt_ray.loops; docs/faults.md).
 """
 
 from __future__ import annotations
 
 import math
+import os
+import signal
 import time
+from pathlib import Path
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -148,15 +153,70 @@ def rollout_actor(*, cpus: float, gpus: float = 0.0, max_restarts: int):
     return ray.remote(num_cpus=cpus, num_gpus=gpus, max_restarts=max_restarts, max_task_retries=max_restarts)(cls)
 
 
+class MonitorSilent(RuntimeError):
+    """The monitor actor has not answered within DriverConfig.monitor_timeout_s (alive but silent: stopped, hung):
+    the driver ends the run, writing what is left of it itself (foxhunt_ray.loops)."""
+
+    def __init__(self, waited_s: float, timeout_s: float, what: str):
+        super().__init__(
+            f"the monitor actor (it writes diag.jsonl, summary.json and the checkpoints) answered nothing in "
+            f"{waited_s:.0f} s {what} (stopped or hung; --monitor-timeout-s, {timeout_s:g} s, sets the wait)"
+        )
+        self.waited_s, self.timeout_s = waited_s, timeout_s
+
+
+MONITOR_EXIT_WAIT_S = 15.0
+"""How long take_over waits for a killed monitor actor's process to be gone (Ray ends a stopped one within about 5
+s) before it sends SIGKILL itself; then as long again."""
+
+
 class MonitorHandle:
-    """The driver's side of the monitor actor, with the calls the driver makes on a plain Monitor."""
+    """The driver's side of the monitor actor, with the calls the driver makes on a plain Monitor. After
+    `take_over` those calls go to a RayMonitor in the driver's own process."""
+
+    timeout_s: float = 0.0
+    """How long a call of the driver's own (finish, keep_checkpoint's answer) may wait for the actor (0: for ever);
+    the loop sets it (DriverConfig.monitor_timeout_s)."""
 
     def __init__(self, *args, **kwargs):
         here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
         self.actor = ray.remote(num_cpus=0, scheduling_strategy=here)(RayMonitor).remote(*args, **kwargs)
         ray.get(self.actor.ready.remote())  # a bad baseline or diag file raises here, as the plain Monitor does
+        self.pid = ray.get(self.actor.pid.remote())
+        self._args, self._kwargs = args, kwargs
+        self.local: RayMonitor | None = None  # the driver's own, once it took over the run folder
         self.last: dict | None = None
         self.exit_code: int | None = None
+
+    def get(self, refs, what: str):
+        """ray.get of the monitor actor's answers within `timeout_s` (counted from now), else MonitorSilent."""
+        if not self.timeout_s:
+            return ray.get(refs)
+        try:
+            return ray.get(refs, timeout=self.timeout_s)
+        except ray.exceptions.GetTimeoutError:
+            raise MonitorSilent(self.timeout_s, self.timeout_s, what) from None
+
+    def take_over(self) -> RayMonitor | None:
+        """Kills the monitor actor, waits until its process is gone (a stopped process that went on later would
+        write into the run folder beside this one), and opens a RayMonitor on the run folder in this process: it
+        keeps every whole line of diag.jsonl (a torn last one is cut off), the kill rules' state, and writes the
+        checkpoints and summary.json from here on (finish, close go to it). None when the process cannot be ended:
+        the run folder is then left as the actor left it."""
+        ray.kill(self.actor, no_restart=True)
+        try:  # a stopped process (kill -STOP) takes Ray's kill once continued: it exits at once, not seconds later
+            os.kill(self.pid, signal.SIGCONT)
+        except (ProcessLookupError, PermissionError):
+            pass
+        if not _end_process(self.pid):
+            return None
+        run_dir = Path(self._args[0])
+        from actors.files import remove_tmp_files
+
+        remove_tmp_files(run_dir)  # what the killed actor was writing: nothing else writes the folder now
+        self.local = RayMonitor(*self._args, **{**self._kwargs, "resume_at": None})
+        self.last = self.local.last
+        return self.local
 
     def record_update(self, update_ref) -> ray.ObjectRef:
         """The monitor's answer (see RayMonitor.record_update) once the learner's update behind the ref is done;
@@ -168,11 +228,64 @@ class MonitorHandle:
         return self.actor.keep_checkpoint.remote(checkpoint_ref)
 
     def finish(self, status: str = "done", message: str | None = None) -> int:
-        self.exit_code = ray.get(self.actor.finish.remote(status, message))
+        if self.local is not None:
+            self.exit_code = self.local.finish(status, message)
+        else:
+            self.exit_code = self.get(self.actor.finish.remote(status, message), "writing summary.json")
         return self.exit_code
 
+    def timings(self) -> dict:
+        """The monitor's timings (RayMonitor.timings), from the actor or the driver's own monitor."""
+        if self.local is not None:
+            return self.local.timings()
+        return ray.get(self.actor.timings.remote(), timeout=60)
+
     def close(self) -> None:
+        if self.local is not None:
+            self.local.close()
+            return
         try:
-            ray.get(self.actor.close.remote(), timeout=60)
+            ray.get(self.actor.close.remote(), timeout=min(self.timeout_s or 60, 60))
+        except ray.exceptions.RayError:  # silent or gone: killed below all the same, its files are whole
+            pass
         finally:
             ray.kill(self.actor)
+
+
+def _end_process(pid: int) -> bool:
+    """Whether the process `pid` (a killed actor's, on this node) is gone, as it must be before the driver writes
+    what it wrote: ray.kill asks the actor to exit, which a stopped process cannot do, and Ray kills it some
+    seconds later; after MONITOR_EXIT_WAIT_S this sends SIGKILL itself and waits as long again (a process in an
+    uninterruptible wait, a hung disk, may outlast even that)."""
+    for last in (False, True):
+        deadline = time.monotonic() + MONITOR_EXIT_WAIT_S
+        while time.monotonic() < deadline:
+            if _gone(pid):
+                return True
+            time.sleep(0.05)
+        if last:
+            return False
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False
+    return False
+
+
+def _gone(pid: int) -> bool:
+    """Whether process pid has ended (a zombie has)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[-1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+    except OSError:  # no /proc here: ask the process itself
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False
+        return False
