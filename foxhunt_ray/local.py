@@ -260,10 +260,11 @@ def undertrained(plan: driver.Plan) -> str | None:
     if not d.time_limit_s or d.steps >= LOCAL_DEFAULTS.steps_with_a_time_limit:
         return None
     try:
-        step = json.loads(read_run_file(plan.run_dir / "summary.json"))["step"]
+        summary = json.loads(read_run_file(plan.run_dir / "summary.json"))
+        step, status = summary["step"], summary["status"]
     except (OSError, ValueError, KeyError, TypeError, RunFolderError):
         return None
-    if step >= d.steps:
+    if step >= d.steps or status != "done":  # 'stopped': a stop asked for, not the cap
         return None
     return (
         f"warning: undertrained: the run reached its {d.time_limit_s:g}-s cap at update {step:,} of its {d.steps:,} "

@@ -69,6 +69,8 @@ def test_a_run_cut_short_by_its_time_cap_says_it_is_undertrained(tmp_path, capsy
     assert local.LOCAL_DEFAULTS.steps == 6_000 and local.LOCAL_DEFAULTS.time_limit_s == 900.0
     (tmp_path / "summary.json").write_text(json.dumps({"step": 6000, "status": "done"}))
     assert local.undertrained(plan) is None  # it made its updates
+    (tmp_path / "summary.json").write_text(json.dumps({"step": 2144, "status": "stopped"}))
+    assert local.undertrained(plan) is None  # Ctrl-C or ray job stop: a stop asked for, not the cap
     (tmp_path / "summary.json").write_text(json.dumps({"step": 2144, "status": "done"}))
     plan.driver = DriverConfig(steps=1_000_000, time_limit_s=240.0)  # --time-limit-s 240 alone: time was the budget
     assert local.undertrained(plan) is None
