@@ -3,7 +3,7 @@
 The defaults (LOCAL_DEFAULTS): preset phase4_3 with its own settings ('learn') on the synthetic market, 6,000
 updates (900 s of training at most), sized for this machine (sizing 'cpu' when torch sees no CUDA device, else
 'gpu_host': foxhunt_ray.presets), one rollout worker (on a GPU host, one per core but five: `host_defaults`); with
-the evaluation about 4 minutes on a quiet 2-core CPU (what it reaches: BENCHMARKS.md, "Learning on the synthetic
+the evaluation about 4.5 minutes on a 2-core CPU (what it reaches: BENCHMARKS.md, "Learning on the synthetic
 market").
 Flags: foxhunt_ray.driver (`--help`); docs/running.md walks through a run, its folder, resume and the exit codes.
 After a run that ended done or killed, its newest checkpoint plays the fold's held-out episodes beside the
@@ -37,7 +37,7 @@ LOCAL_DEFAULTS = driver.EntryDefaults(
 """What `python -m foxhunt_ray.local` does with no flags on a machine without a GPU, each chosen by measurement
 (BENCHMARKS.md, "Learning on the synthetic market"): phase4_3 (the seed's last design, ahead of plan_a_v2 in the
 sweep), one rollout worker (on 2 cores a second one competes with the learner), and a budget of updates, so that
-what the agent learns does not hang on how busy the machine is: 6,000 updates (3-4 minutes of a quiet 2-core box),
+what the agent learns does not hang on how busy the machine is: 6,000 updates (about 4 minutes of a 2-core box),
 then the held-out evaluation. 900 s of training is only a cap: a run that reaches it first says that it trained too
 little to be judged (`undertrained`). `--steps N` alone runs N updates with no cap; `--time-limit-s S` alone trains
 for S seconds. On a GPU host: `host_defaults`."""
