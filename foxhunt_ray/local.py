@@ -146,8 +146,7 @@ def next_commands(plan: driver.Plan, code: int) -> str:
     from actors.kill_rules import EXIT_KILLED
 
     d, py, run = plan.driver, _python(), plan.run_dir
-    by_time = d.time_limit_s and d.steps >= LOCAL_DEFAULTS.steps_with_a_time_limit  # a budget of time, not a cap
-    more = f"--time-limit-s {d.time_limit_s * 2:g}" if by_time else f"--steps {d.steps * 2}"
+    more = f"--time-limit-s {d.time_limit_s * 2:g}" if _time_is_the_budget(d) else f"--steps {d.steps * 2}"
     resume = ("train this run further", f"{py} -m foxhunt_ray.local --resume {run} {more}")
     further = [] if code == EXIT_KILLED else [resume]
     m = plan.config.market
@@ -257,7 +256,7 @@ def undertrained(plan: driver.Plan) -> str | None:
     from foxhunt_ray.run_folder import RunFolderError, read_run_file
 
     d = plan.driver
-    if not d.time_limit_s or d.steps >= LOCAL_DEFAULTS.steps_with_a_time_limit:
+    if not d.time_limit_s or _time_is_the_budget(d):
         return None
     try:
         summary = json.loads(read_run_file(plan.run_dir / "summary.json"))
@@ -272,6 +271,12 @@ def undertrained(plan: driver.Plan) -> str | None:
         f"BENCHMARKS.md, which come from {d.steps:,} updates. Train it to its budget: {_python()} -m "
         f"foxhunt_ray.local --resume {plan.run_dir} --steps {d.steps}"
     )
+
+
+def _time_is_the_budget(d) -> bool:
+    """Whether a run's --time-limit-s is its budget (asked alone: its updates unbounded), not a cap on a budget of
+    updates (LOCAL_DEFAULTS' 6,000, or --steps beside it)."""
+    return bool(d.time_limit_s) and d.steps >= LOCAL_DEFAULTS.steps_with_a_time_limit
 
 
 def _say_undertrained(line: str | None) -> None:
