@@ -40,10 +40,10 @@ sys.path.insert(0, str(ROOT))
 from actors.checkpoints import list_checkpoints  # noqa: E402
 from foxhunt_ray import driver  # noqa: E402
 from foxhunt_ray.evaluate import AGENT  # noqa: E402
-from foxhunt_ray.walkforward import BASELINES, holm_across, score_fold, table  # noqa: E402
+from foxhunt_ray.walkforward import BASELINES, TRAIN_ON, calibrate_fold, holm_across, score_fold, table  # noqa: E402
 
 LAST = "folds={n} seeds={s} agent_usd={agent:.2f} flat_usd={flat:.2f} imbalance_usd={imbalance:.2f} "
-LAST += "quoting_usd={quoting:.2f} beats_best_baseline={k}/{n}"
+LAST += "quoting_usd={quoting:.2f} beats_best_baseline={k}/{n} train_on={train_on}"
 
 
 def folds_of(args: argparse.Namespace) -> list[int]:
@@ -66,8 +66,10 @@ def folds_of(args: argparse.Namespace) -> list[int]:
     return picked
 
 
-def run_argv(args: argparse.Namespace, fold: int, seed: int, runs: Path) -> list[str]:
-    """The driver's command line of one fold and seed."""
+def run_argv(
+    args: argparse.Namespace, fold: int, seed: int, runs: Path, config: str | None = None
+) -> list[str]:
+    """The driver's command line of one fold and seed (config: the fold's calibrated --config file, if any)."""
     argv = [sys.executable, "-m", "foxhunt_ray.local", "--no-eval", "--serial", "--quiet", "--data", args.data]
     argv += ["--days", args.days] if args.days else []
     argv += ["--holdout", args.holdout] if args.holdout else []
@@ -77,6 +79,7 @@ def run_argv(args: argparse.Namespace, fold: int, seed: int, runs: Path) -> list
     argv += ["--sizing", args.sizing] if args.sizing else []
     argv += ["--time-limit-s", str(args.train_s)] if args.train_s else []
     argv += ["--steps", str(args.steps)] if args.steps else []
+    argv += ["--config", config] if config else []
     for kv in args.overrides:
         argv += ["--set", kv]
     return argv
@@ -146,11 +149,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--checkpoint-every", type=int, default=50, help="updates between checkpoints (default 50)")
     p.add_argument("--checkpoint-interval-s", type=float, default=20.0, help="...and seconds at least (default 20)")
     p.add_argument("--keep-all", action="store_true", help="keep every checkpoint (default: the chosen ones alone)")
+    p.add_argument("--train-on", choices=TRAIN_ON, default="real",
+                   help="real (default): the fold's training windows; synthetic: the synthetic flow calibrated on "
+                   "those periods alone (unlimited data); both: --synthetic-share of the rollout books synthetic, "
+                   "the rest real. Validation and test are real days in every mode")  # fmt: skip
+    p.add_argument("--synthetic-share", type=float, default=0.5, metavar="X",
+                   help="with --train-on both: the share of the rollout books that are synthetic (default 0.5)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--out", default="walkforward", help="the folder of the runs and the results")
     args = p.parse_args(argv)
     if args.seeds < 1 or args.parallel < 1 or args.episodes < 2 or args.gpus < 0:
         p.error("--seeds and --parallel must be >= 1, --episodes >= 2, --gpus >= 0")
+    if not 0 < args.synthetic_share < 1:
+        p.error(f"--synthetic-share={args.synthetic_share} must be in (0, 1), e.g. 0.5 (--train-on synthetic is 1)")
+    if args.train_on != "both" and args.synthetic_share != 0.5:
+        p.error(f"--synthetic-share={args.synthetic_share} goes with --train-on both, not --train-on {args.train_on}")
     try:
         folds = folds_of(args)
     except driver.UsageError as err:
@@ -161,8 +174,20 @@ def main(argv: list[str] | None = None) -> int:
     logs.mkdir(parents=True, exist_ok=True)
 
     start = time.perf_counter()
+    calibrated: dict[int, dict[str, Any]] = {}
+    if args.train_on != "real":  # each fold's flow fitted on its training periods alone
+        share = 1.0 if args.train_on == "synthetic" else args.synthetic_share
+        steps = [kv.split("=", 1)[1] for kv in args.overrides if kv.startswith("market.events_per_step=")]
+        for k in folds:
+            calibrated[k] = calibrate_fold(args.data, args.days, k, args.blocks, args.holdout, out, share=share,
+                                           events_per_step=int(steps[-1]) if steps else None)  # fmt: skip
+            print(f"fold {k}: calibrated on {len(calibrated[k]['days'])} training period(s), one synthetic tick = "
+                  f"{calibrated[k]['tick_multiple']} venue ticks: {calibrated[k]['config']}", flush=True)  # fmt: skip
     jobs = [(k, s) for k in folds for s in range(args.seeds)]
-    argvs = {(k, s): (run_argv(args, k, s, runs), str(logs / f"fold{k}-seed{s}.log")) for k, s in jobs}
+    argvs = {
+        (k, s): (run_argv(args, k, s, runs, calibrated.get(k, {}).get("config")), str(logs / f"fold{k}-seed{s}.log"))
+        for k, s in jobs
+    }
     if args.parallel == 1:  # one run at a time: no Ray
         codes = {key: train(*argvs[key]) for key in jobs}
         if not (failed := _failed(codes, logs)):
@@ -196,16 +221,22 @@ def main(argv: list[str] | None = None) -> int:
                     if step != c["step"]:
                         path.unlink()
     kind = " and ".join(sorted({r["kind"] for r in records}))
+    for r in records:
+        if r["train_on"] != args.train_on:  # the runs' own markets say what they trained on
+            raise RuntimeError(f"fold {r['fold']}: its runs trained on {r['train_on']}, not --train-on {args.train_on}")
+        r["calibration"] = calibrated.get(r["fold"])
     holm_across(records)
     text = table(records, kind)
-    doc = {"kind": kind, "folds": records, "trained_s": trained_s, "argv": sys.argv[1:] if argv is None else argv}
+    doc = {"kind": kind, "train_on": args.train_on, "folds": records, "trained_s": trained_s,
+           "argv": sys.argv[1:] if argv is None else argv}  # fmt: skip
     (out / "walkforward.json").write_text(json.dumps(doc, indent=1))
     (out / "walkforward.md").write_text(text + "\n")
     plot(records, out / "walkforward.png", kind)
     mean = {n: sum(r["policies"][n]["pnl_usd_mean"] for r in records) / len(records) for n in (AGENT, *BASELINES)}
     print(text)
     print(f"trained {len(jobs)} runs in {trained_s:.0f} s; {out}/walkforward.json, .md, .png")
-    print(LAST.format(n=len(records), s=args.seeds, k=sum(r["beats_best_baseline"] for r in records), **mean))
+    k = sum(r["beats_best_baseline"] for r in records)
+    print(LAST.format(n=len(records), s=args.seeds, k=k, train_on=args.train_on, **mean))
     return 0
 
 

@@ -552,6 +552,9 @@ def describe(plan: Plan) -> str:
         f"${m.maker_fee_usd:g} + {m.maker_fee_bps:g} bps, taker ${m.taker_fee_usd:g} + {m.taker_fee_bps:g} bps, "
         f"queue model {m.queue_model} (L2 days)"
     )
+    if m.synthetic_share:  # lobsim_env.markets.MixedMarket: sim-to-real training
+        market += (f"; {m.synthetic_share:.0%} of the training books play the synthetic flow calibrated on them (tick "
+                   f"= {m.synthetic_tick_multiple} venue ticks, a unit = one order)")  # fmt: skip
     return f"{market}\n{settings}\n{sizing}\n{budget}"
 
 

@@ -321,7 +321,7 @@ def evaluation_market(run: RunConfig, lobster_path: str | Path | None, horizon: 
     if lobster_path is None and trained.source == "replay":
         days = trained.eval_days or trained.days
         h = trained.horizon if horizon is None else horizon
-        market = dataclasses.replace(trained, days=days, eval_days=(), val_days=(), horizon=h)
+        market = dataclasses.replace(trained, days=days, eval_days=(), val_days=(), horizon=h, synthetic_share=0.0)
         return market, REPLAY
     if lobster_path is None:
         if trained.source != "synthetic":

@@ -27,6 +27,7 @@ fold and seed and calls these.
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -69,7 +70,64 @@ def fold_kind(market: MarketConfig) -> str:
 
 
 def _period(base: MarketConfig, days: Sequence[str]) -> MarketConfig:
-    return dataclasses.replace(base, days=tuple(days), eval_days=(), val_days=())
+    """A validation or test period: real days alone, whatever share of synthetic books the run trained on."""
+    return dataclasses.replace(base, days=tuple(days), eval_days=(), val_days=(), synthetic_share=0.0)
+
+
+TRAIN_ON = ("real", "synthetic", "both")
+"""What a fold's runs train on (bench_walkforward --train-on): its training periods' real windows; the synthetic
+flow calibrated on those periods alone (lobsim_env.calibrate), in their units (lobsim_env.markets.MixedMarket,
+synthetic_share 1); or both, a share of the rollout books synthetic and the rest real windows. The checkpoint is
+picked on the real validation period and scored once on the real test period in every mode."""
+
+
+def calibrate_fold(
+    data: str,
+    days: str | None,
+    fold: int,
+    blocks: int,
+    holdout: str | None,
+    out: Path,
+    *,
+    share: float = 1.0,
+    events_per_step: int | None = None,
+) -> dict[str, Any]:
+    """Fits the synthetic flow to fold K's training periods alone (driver.data_sets: market.days; never its
+    validation or test period) and writes OUT/calibrated/fold<K>.json, a --config file of foxhunt_ray.local that
+    makes `share` of the rollout books that flow (market.synthetic_share, synthetic_tick_multiple, synthetic), and
+    fold<K>.measured.json beside it. Returns what the record keeps: the file, the periods fitted, K, the fields."""
+    from foxhunt_ray import driver
+    from lobsim_env import calibrate
+
+    if isinstance(share, bool) or not isinstance(share, int | float) or not 0 < share <= 1:
+        raise EvaluationError(f"share={share!r} must be in (0, 1]: the share of the rollout books that are synthetic")
+    sets, got = driver.data_sets(data, days, fold, blocks, holdout)
+    market = {k.removeprefix("market."): json.loads(v) for k, v in (kv.split("=", 1) for kv in sets)}
+    train, held = list(market["days"]), set(market["val_days"]) | set(market["eval_days"])
+    if got != fold or held & set(train):  # data_sets keeps them apart; a change there must not leak a test period
+        raise EvaluationError(f"fold {fold}: training periods {train} overlap its validation or test {sorted(held)}")
+    e = events_per_step or market["events_per_step"]
+    base = MarketConfig(events_per_step=e)  # the flow's rates are per event; a step of the days' messages
+    cal = calibrate.calibrate(data, train, blocks=blocks, base=base, steps=max(1, 2000 // e))
+    synthetic = dataclasses.asdict(cal.fit.synthetic)
+    out = Path(out) / "calibrated"
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"fold{fold}.json"
+    config = {"market": {"synthetic_share": share, "synthetic_tick_multiple": cal.tick_multiple,
+                         "synthetic": synthetic}}  # fmt: skip
+    measured = {"days": cal.days, "tick_multiple": cal.tick_multiple, "measured": cal.fit.measured,
+                "at_fit": cal.fit.at_fit, "notes": cal.notes}  # fmt: skip
+    calibrate.write_together({
+        path: json.dumps(config, indent=1) + "\n",
+        out / f"fold{fold}.measured.json": json.dumps(measured, indent=1) + "\n",
+    })  # fmt: skip
+    return {
+        "config": str(path),
+        "days": cal.days,
+        "tick_multiple": cal.tick_multiple,
+        "synthetic_share": share,
+        "fitted": {k: synthetic[k] for k in calibrate.FITTED},
+    }
 
 
 LARGE_TICK_SHARE = 0.5
@@ -105,12 +163,12 @@ def _same_fold(runs: list[tuple[Path, Any, Any]]) -> None:
     first_dir, first, first_drv = runs[0]
     for run_dir, run, drv in runs[1:]:
         a, b = first.market, run.market
-        if (a.data, a.days, a.val_days, a.eval_days, a.horizon, drv.fold) != (
-            b.data, b.days, b.val_days, b.eval_days, b.horizon, first_drv.fold
+        if (a.data, a.days, a.val_days, a.eval_days, a.horizon, a.synthetic_share, a.synthetic, drv.fold) != (
+            b.data, b.days, b.val_days, b.eval_days, b.horizon, b.synthetic_share, b.synthetic, first_drv.fold
         ):  # fmt: skip
             raise EvaluationError(
-                f"{run_dir} is not a run of {first_dir}'s fold (its data, days, validation or test days, horizon or "
-                "fold differ): score_fold takes the seeds of one fold"
+                f"{run_dir} is not a run of {first_dir}'s fold (its data, days, validation or test days, horizon, "
+                "synthetic share or flow, or fold differ): score_fold takes the seeds of one fold and one --train-on"
             )
 
 
@@ -156,7 +214,19 @@ def score_fold(
         chosen.append({"run_dir": str(run_dir), "seed": run.seed, "step": step, "how": how, "validation_usd": scores})
         say(f"{run_dir}: checkpoint {step} ({how}{f': {scores[step]:+.2f} USD' if scores else ''})")
     record = score_agents(markets, agents, episodes=episodes, progress=progress)
-    return {**record, "seeds": [run.seed for _, run, _ in runs], "checkpoints": chosen}
+    m = runs[0][1].market
+    return {**record, "train_on": train_on(m), "synthetic_share": m.synthetic_share,
+            "seeds": [run.seed for _, run, _ in runs], "checkpoints": chosen}  # fmt: skip
+
+
+def train_on(market: MarketConfig) -> str:
+    """TRAIN_ON's name of what a run's market trained it on: real, synthetic or both."""
+    return "real" if not market.synthetic_share else "synthetic" if market.synthetic_share >= 1 else "both"
+
+
+def _trained_on(fold: dict[str, Any]) -> str:
+    mode = fold.get("train_on", "real")
+    return f"both ({fold['synthetic_share']:.0%} synthetic)" if mode == "both" else mode
 
 
 @dataclasses.dataclass(frozen=True)
@@ -268,9 +338,10 @@ def table(folds: list[dict[str, Any]], kind: str) -> str:
     rows = [
         f"Walk-forward, folds of {kind}; test PnL in USD per window (mean over seeds, periods and windows)",
         "",
-        "| fold | test | tick regime (median spread) | seeds | agent | flat | imbalance | quoting | hindsight | "
-        "best rule | agent - best [95 % CI] | p (Holm) | $/contract agent | fill rate agent | inventory agent |",
-        "|" + "---|" * 15,
+        "| fold | trained on | test | tick regime (median spread) | seeds | agent | flat | imbalance | quoting | "
+        "hindsight | best rule | agent - best [95 % CI] | p (Holm) | $/contract agent | fill rate agent | "
+        "inventory agent |",
+        "|" + "---|" * 16,
     ]
     for f in folds:
         p, best = f["policies"], f["best_baseline"]
@@ -278,7 +349,7 @@ def table(folds: list[dict[str, Any]], kind: str) -> str:
         holm_p = f"{v['p_value']:.3f} ({v['p_holm']:.3f})" if "p_holm" in v else f"{v['p_value']:.3f}"
         per_contract, fill = p[AGENT]["usd_per_contract"], p[AGENT]["fill_rate"]
         rows.append(
-            f"| {f['fold']} | {', '.join(f['test_days'])} | {_regime(f)} | {len(f['seeds'])} | "
+            f"| {f['fold']} | {_trained_on(f)} | {', '.join(f['test_days'])} | {_regime(f)} | {len(f['seeds'])} | "
             + " | ".join(f"{p[n]['pnl_usd_mean']:+.2f}" for n in (AGENT, *BASELINES))
             + f" | {best} | {v['mean_usd']:+.2f} [{v['ci95_usd'][0]:+.2f}, {v['ci95_usd'][1]:+.2f}] | {holm_p} | "
             + f"{'-' if per_contract is None else f'{per_contract:+.4f}'} | {'-' if fill is None else f'{fill:.2f}'} | "

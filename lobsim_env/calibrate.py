@@ -252,18 +252,21 @@ def tally(
     return out
 
 
-def tally_day(day: Day, k: int) -> tuple[Tally, int]:
+def tally_day(day: Day, k: int, span: tuple[int, int] | None = None) -> tuple[Tally, int]:
     """(the day's Tally in ticks of k venue ticks and units of its median order, its events of the opening snapshot
-    (L2) left out of the flow)."""
-    events = np.asarray(day.events)
+    (L2) left out of the flow). span (lo, hi): its events lo..hi-1 alone (a block: --blocks), the L2 flow read
+    from the day's start (a trade before lo explains a decrease after it)."""
+    lo, hi = span or (0, day.manifest.n_events)
+    events = np.asarray(day.events[:hi])
     if day.manifest.depth == "L3":
         flow, lots, opening = flow_of_l3(events), np.asarray(events["size"]), 0
     else:
         flow, lots = flow_of_l2(events)
-        opening = int((events["ts"] == events["ts"][0]).sum())
-    first = np.zeros(len(events), bool)
+        opening = int((events["ts"] == events["ts"][0]).sum()) if lo == 0 else 0
+    first = np.zeros(hi - lo, bool)
     first[0] = True
-    t = tally(events, flow, lots, np.asarray(day.book), unit=float(day.manifest.order_lots), k=k, first=first)
+    t = tally(events[lo:], flow[lo:], lots[lo:], np.asarray(day.book[lo:hi]), unit=float(day.manifest.order_lots),
+              k=k, first=first)  # fmt: skip
     return t, opening
 
 
@@ -571,14 +574,18 @@ def fit(
     return Fit(synthetic=s, measured=target, at_fit=at, rounds=trace)
 
 
-def settled_quotes(day: Day, *, rows: int = 200_000) -> tuple[np.ndarray, np.ndarray]:
-    """(best bid, best ask) in venue ticks of the day's settled two-sided rows, at most `rows` of them evenly spaced."""
-    ts = np.asarray(day.events["ts"])
+def settled_quotes(
+    day: Day, *, rows: int = 200_000, span: tuple[int, int] | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """(best bid, best ask) in venue ticks of the day's settled two-sided rows (span (lo, hi): of events lo..hi-1
+    alone), at most `rows` of them evenly spaced."""
+    lo, hi = span or (0, day.manifest.n_events)
+    ts = np.asarray(day.events["ts"][lo:hi])
     first = np.zeros(len(ts), bool)
     first[0] = True
     settled, _ = settled_rows(ts, first)
     pick = np.flatnonzero(settled)[:: max(1, int(settled.sum()) // rows)]
-    bid, qb, ask, qa = top_of_book(np.asarray(day.book[pick]), 1)
+    bid, qb, ask, qa = top_of_book(np.asarray(day.book[lo:hi][pick]), 1)
     ok = (qb > 0) & (qa > 0) & (ask > bid)
     return bid[ok], ask[ok]
 
@@ -641,24 +648,26 @@ def calibrate(
     steps: int = 250,
     seed: int = 0,
     base: MarketConfig | None = None,
+    blocks: int = 1,
 ) -> Calibration:
     """Measures the days `names` picks of the cache (layout.select_days; None: all) and fits base's synthetic flow
-    to them (fit()); tick_multiple None picks K (choose_tick_multiple). Each simulation is `books` books of
-    `steps` steps. DataError / CalibrationError naming a bad input."""
+    to them (fit()); tick_multiple None picks K (choose_tick_multiple). With blocks > 1 each day is cut into that
+    many blocks of equal time (the replay market's, MarketConfig.blocks) and a name ending in '#k' picks block k
+    alone: the walk-forward fits a fold's training blocks, never its validation or test ones. Each simulation is
+    `books` books of `steps` steps. DataError / CalibrationError naming a bad input."""
     base = base or MarketConfig()
-    manifests = layout.select_days(cache, list(names or ()))
-    days = [layout.open_day(layout.day_dir(cache, m)) for m in manifests]
-    quotes = [settled_quotes(day) for day in days]
+    manifests, days, spans, keys = periods(cache, list(names or ()), blocks)
+    quotes = [settled_quotes(day, span=span) for day, span in zip(days, spans, strict=True)]
     k = tick_multiple or choose_tick_multiple(quotes)
-    tallies = [tally_day(day, k) for day in days]
+    tallies = [tally_day(day, k, span) for day, span in zip(days, spans, strict=True)]
     pooled = sum((t for t, _ in tallies), Tally())
     fitted = fit(pooled, base, coverage=coverage, max_levels=max_levels, books=books, steps=steps,
                  seed=seed)  # fmt: skip
     lv = fitted.measured["level_decay"]
     per_day = {}
-    for m, (t, opening), (bid, ask) in zip(manifests, tallies, quotes, strict=True):
+    for key, m, (t, opening), (bid, ask) in zip(keys, manifests, tallies, quotes, strict=True):
         f = figures(t, lv["levels"])
-        per_day[m.key] = {
+        per_day[key] = {
             "source": m.source,
             "depth": m.depth,
             "book_levels": m.levels,
@@ -673,7 +682,7 @@ def calibrate(
             },
             **{key: f[key] for key in ("events", "shares", "shares_all_levels", "spread", "best_queue_units")},
         }
-    notes = [n for m in manifests for n in day_notes(m)]
+    notes = [n for m in {m.key: m for m in manifests}.values() for n in day_notes(m)]
     if k > 1:
         notes.append(
             f"small-tick days: the spread is one venue tick on {one_tick_share(quotes, 1):.0%} of rows; measured in "
@@ -694,7 +703,33 @@ def calibrate(
         "base_depth is the days' mean queue at the best in cancels: the book an episode opens with, not a fit of "
         "its flow",
     ]
-    return Calibration(fit=fitted, days=[m.key for m in manifests], tick_multiple=k, per_day=per_day, notes=notes)
+    return Calibration(fit=fitted, days=keys, tick_multiple=k, per_day=per_day, notes=notes)
+
+
+def periods(cache: str | Path, names: list[str], blocks: int = 1) -> tuple[list, list[Day], list, list[str]]:
+    """(manifests, days opened, (lo, hi) event spans, keys) of the periods `names` picks: each day whole, or with
+    blocks > 1 each of its blocks, or block k alone for a name 'key#k' (the replay market's periods, its
+    block_range). CalibrationError for a bad block."""
+    from lobsim_env.replay.market import block_range
+
+    if isinstance(blocks, bool) or not isinstance(blocks, int) or not 1 <= blocks <= 10_000:
+        raise CalibrationError(f"--blocks={blocks!r} must be an int in 1..10000 (each day cut into that many periods)")
+    opened: dict[str, Day] = {}
+    out: tuple[list, list, list, list] = ([], [], [], [])
+    for name in names or [""]:
+        base, _, block = name.partition("#")
+        if block and (not block.isdigit() or int(block) >= blocks):
+            raise CalibrationError(
+                f"--days: {name!r} names block {block!r}, and --blocks={blocks} (blocks 0..{blocks - 1}); pass "
+                "--blocks N with the walk-forward's N, or name whole days"
+            )
+        for m in layout.select_days(cache, [base] if base else []):
+            day = opened.setdefault(m.key, layout.open_day(layout.day_dir(cache, m)))
+            for b in [int(block)] if block else range(blocks):
+                for lst, v in zip(out, (m, day, block_range(day, b, blocks), f"{m.key}#{b}" if blocks > 1 else m.key),
+                                  strict=True):  # fmt: skip
+                    lst.append(v)
+    return out
 
 
 FITTED = ("limit_rate", "market_rate", "cancel_rate", "level_decay", "levels", "max_limit_size", "base_depth",
@@ -823,6 +858,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--tick-multiple", default="auto", metavar="K",
                    help="venue ticks per synthetic tick (default auto: 1 for a large-tick name, else the fewest that "
                    "make the spread one tick half of the time)")  # fmt: skip
+    p.add_argument("--blocks", type=int, default=1, metavar="N",
+                   help="cut each day into N blocks of equal time, as --data --blocks N does; a --days name 'KEY#k' "
+                   "then picks block k (default 1: whole days)")  # fmt: skip
     p.add_argument("--coverage", type=float, default=0.95, help="share of limit orders and cancels `levels` holds")
     p.add_argument("--max-levels", type=int, default=16, help="most levels the flow may reach (default 16)")
     p.add_argument("--sim-books", type=int, default=512, help="books a fitting simulation steps (default 512)")
@@ -874,6 +912,7 @@ def main(argv: list[str] | None = None) -> int:
             books=args.sim_books,
             steps=args.sim_steps,
             seed=args.seed,
+            blocks=args.blocks,
         )
         measured = {
             "name": name,

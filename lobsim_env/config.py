@@ -103,6 +103,13 @@ class MarketConfig:
     val_days: tuple[str, ...] = ()
     """The fold's validation days (the period before its test, never in `days` or `eval_days`): the walk-forward
     protocol picks the run's checkpoint and tunes the quoting rule there (foxhunt_ray.walkforward); () for none."""
+    synthetic_share: Annotated[float, Number(ge=0, le=1)] = 0.0
+    """Replay: the share of the books that play the synthetic flow (`synthetic`, fitted to the training days by
+    lobsim_env.calibrate) in this contract's units instead of the days (lobsim_env.markets.MixedMarket: the
+    walk-forward's --train-on synthetic or both); 0 every book real, 1 every book synthetic. Training only: the
+    validation and test periods are always real."""
+    synthetic_tick_multiple: Annotated[int, Int(ge=1)] = 1
+    """With synthetic_share > 0: venue ticks in one synthetic tick (the calibration's --tick-multiple)."""
     queue_model: Annotated[str, OneOf(("risk_averse", "prob"))] = "risk_averse"
     """Where an L2 day's depth updates leave the agent's queue place (docs/data.md, "Queue models"): 'risk_averse'
     (a cancel is behind it) or 'prob' (behind it with probability f(back) / (f(back) + f(front)), f = x ** queue_power).
@@ -149,6 +156,11 @@ class MarketConfig:
         p = "market."
         if self.source == "lobster" and not self.lobster_path:
             errs.append(f"{p}lobster_path={self.lobster_path!r} must name a LOBSTER zip when source='lobster'")
+        if self.synthetic_share and self.source != "replay":
+            errs.append(
+                f"{p}synthetic_share={self.synthetic_share} goes with source='replay' (the synthetic flow in a real "
+                f"day's units), not source={self.source!r}; set it to 0"
+            )
         if self.source == "replay" and not self.data:
             errs.append(f"{p}data={self.data!r} must name a day cache when source='replay' (--data DIR)")
         named = ("days", "eval_days", "val_days")

@@ -4,6 +4,7 @@ bad input is named with its fix and writes nothing. No Ray, no training; each te
 
 from __future__ import annotations
 
+import itertools
 import json
 from datetime import date, timedelta
 from pathlib import Path
@@ -99,6 +100,10 @@ def test_bad_input_is_named_with_its_fix_and_writes_nothing(synthetic_days, tmp_
         ([str(synthetic_days), "--out", str(tmp_path / "x.yaml")], "must end in .toml or .json"),
         ([str(synthetic_days), "--out", str(out), "--tick-multiple", "0"], "--tick-multiple=0 must be"),
         ([str(synthetic_days), "--out", str(out), "--name", "a b"], "--name='a b' must be"),
+        ([str(synthetic_days), "--days", "2024-01-01#2", "--blocks", "2", "--out", str(out)],
+         "names block '2', and --blocks=2 (blocks 0..1)"),
+        ([str(synthetic_days), "--days", "2024-01-01#1", "--out", str(out)], "--blocks=1"),
+        ([str(synthetic_days), "--blocks", "0", "--out", str(out)], "--blocks=0 must be an int in 1..10000"),
     ]
     for argv, said in cases:
         assert calibrate.main(argv) == 2, argv
@@ -161,3 +166,20 @@ def test_amzns_sample_day_calibrates_to_a_small_tick_market_with_a_few_percent_o
     assert 0 < measured["hidden_share_of_executions"] < 0.5
     assert any("first 5 level" in note for note in sidecar["notes"])
     MarketConfig(synthetic=SyntheticConfig(**fitted)).validate()  # the rest at their defaults
+
+
+def test_a_days_blocks_partition_its_flow_and_a_name_key_k_reads_block_k_alone(synthetic_days):
+    """--blocks N (the walk-forward's periods): block k's tally is its own events', and the blocks together are the
+    day's (nothing read twice, nothing left out), so a fold's fit sees its training blocks and no other."""
+    from lobsim_env.replay.market import block_range
+
+    manifests, days, spans, keys = calibrate.periods(synthetic_days, ["2024-01-02"], 3)
+    assert keys == [f"synthetic/SYN/2024-01-02#{b}" for b in range(3)]
+    assert spans == [block_range(days[0], b, 3) for b in range(3)] and spans[0][0] == 0
+    assert spans[-1][1] == manifests[0].n_events and all(a[1] == b[0] for a, b in itertools.pairwise(spans))
+    whole, _ = calibrate.tally_day(days[0], 1)
+    parts = [calibrate.tally_day(days[0], 1, span)[0] for span in spans]
+    np.testing.assert_array_equal(sum(p.flow for p in parts), whole.flow)
+    assert sum(p.limit_units.size for p in parts) == whole.limit_units.size
+    _, _, one, named = calibrate.periods(synthetic_days, ["2024-01-02#1"], 3)
+    assert one == [spans[1]] and named == [keys[1]]

@@ -84,6 +84,22 @@ def test_per_seed_steps_make_one_job_a_seed_and_budget_by_their_training_time():
     assert "20" in STEPS["system"](plan)[0].argv
 
 
+def test_the_walkforward_step_runs_one_bench_a_ticker_and_mode_of_walk_train_on():
+    plan = Plan(seeds=(0, 1), walk_days="AMZN,GOOG", walk_train_on="real,synthetic,both", python=PY)
+    jobs = [j for j in STEPS["walkforward"](plan) if "bench_walkforward.py" in " ".join(j.argv)]
+    labels = [j.label for j in jobs]
+    assert labels == ["amzn_blocks", "amzn_blocks_synthetic", "amzn_blocks_both", "goog_blocks",
+                      "goog_blocks_synthetic", "goog_blocks_both"]  # fmt: skip
+    modes = [j.argv[j.argv.index("--train-on") + 1] for j in jobs]
+    assert modes == ["real", "synthetic", "both"] * 2
+    assert jobs[1].timeout_s > jobs[0].timeout_s  # a calibration a fold before the training
+    from benchmarks.gpu_host.__main__ import parse_args
+
+    assert parse_args(["walkforward", "--walk-train-on", "synthetic,both"]).walk_train_on == "synthetic,both"
+    with pytest.raises(SystemExit):
+        parse_args(["walkforward", "--walk-train-on", "sim"])
+
+
 def _job(code: str, label: str = "a", timeout_s: float = 60, expect_s: float = 1, collect=None) -> Job:
     return Job(step="fake", label=label, argv=(PY, "-c", code), timeout_s=timeout_s, expect_s=expect_s,
                env={"WHERE": "{dir}"}, collect=collect)

@@ -142,7 +142,8 @@ def test_a_fold_picks_its_checkpoint_and_quoting_rule_on_validation_and_plays_th
     assert regime["spread_ticks_median"] == np.median(spread) and regime["one_tick_share"] == np.mean(spread == 1)
     assert regime["regime"] == ("large-tick" if np.mean(spread == 1) >= 0.5 else "small-tick")
     cell = f"{regime['regime']} ({regime['spread_ticks_median']:g})"
-    assert f"| 2 | test/L2X/2024-08-10 | {cell} | 2 |" in walkforward.table(two, "days")
+    assert record["train_on"] == "real" and record["synthetic_share"] == 0
+    assert f"| 2 | real | test/L2X/2024-08-10 | {cell} | 2 |" in walkforward.table(two, "days")
 
 
 def test_runs_of_other_folds_or_of_no_test_period_are_refused(fold_runs, three_dates, tmp_path):
@@ -203,7 +204,7 @@ def test_paired_seeds_resamples_seeds_and_windows_as_documented():
 
 LAST = re.compile(
     r"folds=1 seeds=1 agent_usd=(-?[\d.]+) flat_usd=0\.00 imbalance_usd=(-?[\d.]+) quoting_usd=(-?[\d.]+) "
-    r"beats_best_baseline=([01])/1"
+    r"beats_best_baseline=([01])/1 train_on=real"
 )
 
 
@@ -218,7 +219,7 @@ def test_the_bench_trains_every_seed_of_a_fold_and_prints_the_table_and_its_last
     lines = out.stdout.strip().splitlines()
     assert LAST.fullmatch(lines[-1]), lines[-1]
     assert "Walk-forward, folds of days" in out.stdout
-    assert re.search(r"\| 2 \| test/L2X/2024-08-10 \| \S+-tick", out.stdout)
+    assert re.search(r"\| 2 \| real \| test/L2X/2024-08-10 \| \S+-tick", out.stdout)
     doc = json.loads((tmp_path / "walkforward.json").read_text())
     assert doc["kind"] == "days" and [f["fold"] for f in doc["folds"]] == [2]
     assert [c["seed"] for c in doc["folds"][0]["checkpoints"]] == [0]
@@ -226,3 +227,90 @@ def test_the_bench_trains_every_seed_of_a_fold_and_prints_the_table_and_its_last
     bad = subprocess.run([*cmd[:4], "--folds", "1", "--out", str(tmp_path / "x")], cwd=ROOT, capture_output=True,
                          text=True, timeout=120)  # fmt: skip
     assert bad.returncode == 2 and "the folds with a validation period here are [2]" in bad.stderr
+
+
+def test_synthetic_training_is_calibrated_on_the_folds_training_periods_alone(three_dates, tmp_path, monkeypatch):
+    """--train-on synthetic or both: calibrate is given fold K's training periods, never its validation or test one,
+    and the --config file it leaves makes that share of the books the flow fitted there."""
+    from lobsim_env import calibrate
+
+    given: list[tuple[list[str], int]] = []
+    real = calibrate.calibrate
+
+    def recorded(cache, names, **kw):
+        given.append((list(names), kw["blocks"]))
+        return real(cache, names, **{**kw, "books": 8, "steps": 10})  # a tiny fit: what it reads is the point
+
+    monkeypatch.setattr(calibrate, "calibrate", recorded)
+    for fold, share in ((2, 1.0), (5, 0.5)):  # 3 dates x 2 blocks: fold 5 tests on the last date's second half
+        rec = walkforward.calibrate_fold(str(three_dates), None, fold, 2, None, tmp_path, share=share)
+        m = _market(driver.data_sets(str(three_dates), None, fold, 2)[0])
+        names, blocks = given[-1]
+        assert names == m["days"] == rec["days"] and blocks == 2
+        assert not set(names) & set(m["val_days"] + m["eval_days"])
+        assert max(map(_period, names)) < min(map(_period, m["val_days"] + m["eval_days"]))
+        written = json.loads(Path(rec["config"]).read_text())["market"]
+        assert written["synthetic_share"] == share and written["synthetic_tick_multiple"] == rec["tick_multiple"]
+        assert json.loads(Path(rec["config"]).with_suffix(".measured.json").read_text())["days"] == names
+    with pytest.raises(EvaluationError, match=r"share=0 must be in \(0, 1\]"):
+        walkforward.calibrate_fold(str(three_dates), None, 2, 2, None, tmp_path, share=0)
+
+
+def test_a_mixed_market_plays_synthetic_and_real_books_in_the_days_units(three_dates):
+    """The same network plays both markets: one observation layout, prices in venue ticks, sizes and positions in the
+    days' lots, USD a tick and unit from the days' contract; validation and test periods stay real."""
+    from lobsim_env import Action
+    from lobsim_env.market import obs_index, obs_size
+    from lobsim_env.markets import MixedMarket, make_market, synthetic_part
+    from lobsim_env.replay.market import ReplayMarket
+    from lobsim_env.synthetic.market import SyntheticMarket
+
+    m = _market(driver.data_sets(str(three_dates), None, 2, 1)[0])
+    m = {k: tuple(v) if isinstance(v, list) else v for k, v in m.items()}
+    k = 3
+    cfg = MarketConfig(**{**m, "horizon": 40, "depth_flow_ticks": 2}, synthetic_share=0.5, synthetic_tick_multiple=k)
+    lots, at = cfg.order_size, obs_index(cfg)
+    syn = synthetic_part(cfg)
+    assert (syn.order_size, syn.position_limit) == (1, cfg.position_limit // lots)
+    assert syn.size_scale == cfg.size_scale / lots
+    assert syn.usd_per_tick == pytest.approx(cfg.usd_per_tick * lots * k) and syn.depth_flow_ticks == 1
+    price = cfg.reference_price_ticks * cfg.usd_per_tick  # a lot at the days' median price: its bps fee per unit
+    assert syn.taker_fee_usd == pytest.approx((cfg.taker_fee_usd + cfg.taker_fee_bps * 1e-4 * price) * lots) != 0
+
+    mixed = make_market(cfg)
+    assert isinstance(mixed, MixedMarket)
+    alone = [SyntheticMarket(syn), ReplayMarket(dataclasses.replace(cfg, synthetic_share=0.0))]
+    keys = np.array([11, 12, 13, 14], np.uint64)
+    state, states = mixed.new_state(4), [a.new_state(2) for a in alone]
+    mixed.reset_rows(state, np.arange(4), keys)
+    for a, st, kk in zip(alone, states, (keys[:2], keys[2:]), strict=True):
+        a.reset_rows(st, np.arange(2), kk)
+    buy = np.array([Action.MARKET_BUY, Action.JOIN_BID] * 2)
+    for t in range(5):
+        act = buy if t == 0 else np.full(4, Action.HOLD)
+        res = mixed.step(state, act)
+        parts = [a.step(st, act[:2]) for a, st in zip(alone, states, strict=True)]
+        np.testing.assert_allclose(res.reward, np.concatenate([p.reward for p in parts]))
+    obs, own = mixed.observe(state), [a.observe(st) for a, st in zip(alone, states, strict=True)]
+    L = cfg.obs_levels
+    prices = [*range(L), *range(2 * L, 3 * L), at["spread"], at["own_bid_offset"], at["own_ask_offset"]]
+    scaled = own[0].copy()
+    scaled[:, prices] *= k  # synthetic ticks of k venue ticks read in venue ticks
+    np.testing.assert_array_equal(obs, np.concatenate([scaled, own[1]]))
+    assert obs.shape[1] == obs_size(cfg)
+    assert state.position[0] == states[0].position[0] * lots == lots  # one order bought: the days' order in lots
+    assert obs[0, at["position"]] == pytest.approx(1 / syn.position_limit)  # one order of the limit, as on the days
+    fold = walkforward.FoldMarkets.of(cfg, 2)
+    for period in (fold.validation, *fold.tests):
+        assert period.synthetic_share == 0 and isinstance(make_market(period), ReplayMarket)
+    with pytest.raises(MarketConfigError, match=r"synthetic_share=0.5 goes with source='replay'"):
+        MarketConfig(synthetic_share=0.5).validate()
+
+
+def test_the_bench_refuses_a_synthetic_share_without_both(three_dates, tmp_path, capsys):
+    from benchmarks import bench_walkforward
+
+    for argv in (["--train-on", "real", "--synthetic-share", "0.3"], ["--train-on", "both", "--synthetic-share", "1"]):
+        with pytest.raises(SystemExit) as exc:
+            bench_walkforward.main(["--data", str(three_dates), *argv, "--out", str(tmp_path)])
+        assert exc.value.code == 2 and "--synthetic-share=" in capsys.readouterr().err

@@ -24,6 +24,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--walk-seconds", type=float, default=90.0, help="training time of each walkforward run (90)")
     p.add_argument("--walk-folds", default="4,8,12", help="the walkforward step's folds (4,8,12)")
     p.add_argument("--walk-days", default="AMZN", help="the walkforward step's sample tickers (AMZN; e.g. AAPL,GOOG)")
+    p.add_argument("--walk-train-on", default="real", metavar="MODES",
+                   help="what the walkforward runs train on, comma-separated, a bench run each: real, synthetic, both "
+                   "(real; e.g. real,synthetic,both for the sim-to-real comparison)")  # fmt: skip
     p.add_argument("--budget-s", type=float, default=None,
                    help="skip a step (or a seed) that could not end by its time limit inside this many seconds")
     p.add_argument("--out", default=None, help="output folder (default $OUT, else gpu_host_out/<UTC stamp>)")
@@ -34,6 +37,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     bad = [s for s in args.steps if s not in STEPS]
     if bad:
         p.error(f"unknown step(s) {', '.join(bad)}: choose from {', '.join(STEPS)}")
+    modes = args.walk_train_on.split(",")
+    if not modes or any(m not in ("real", "synthetic", "both") for m in modes) or len(set(modes)) < len(modes):
+        p.error(f"--walk-train-on={args.walk_train_on}: comma-separated, each once, of real, synthetic, both")
     if not args.steps and not args.list:
         p.error("name at least one step (or --list)")
     return args
@@ -43,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     plan = Plan(seeds=tuple(args.seeds), system_seconds=args.system_seconds, learn_seconds=args.learn_seconds,
                 walk_seconds=args.walk_seconds, walk_folds=args.walk_folds,
-                walk_days=args.walk_days, python=args.python)
+                walk_days=args.walk_days, walk_train_on=args.walk_train_on, python=args.python)
     if args.list:
         for job in plan_steps(list(STEPS), plan):
             print(f"{job.step:9s} {job.label:16s} limit {job.timeout_s:4.0f} s  {' '.join(job.argv)}")

@@ -40,6 +40,9 @@ class Plan:
     """The walk-forward step's folds of each sample day's 13 half hours."""
     walk_days: str = "AMZN"
     """The LOBSTER sample days (tickers) the walk-forward step runs on, one bench run each."""
+    walk_train_on: str = "real"
+    """What the walk-forward runs train on (bench_walkforward --train-on), comma-separated, one bench run a ticker and
+    mode: real, synthetic (the flow calibrated on each fold's training blocks), both (half the books synthetic)."""
     python: str = "python3"
 
 
@@ -307,18 +310,22 @@ def _learn_real(plan: Plan) -> list[Job]:
 def _walkforward(plan: Plan) -> list[Job]:
     """The walk-forward protocol on a LOBSTER sample day's 13 half hours (benchmarks/bench_walkforward.py), one bench
     run a ticker of walk_days (AMZN): walk_folds (4, 8 and 12), a run a seed of each (serial roles, the runs sharing
-    the GPU, five at once), walk_seconds of training."""
+    the GPU, five at once), walk_seconds of training; one bench run a mode of walk_train_on too (real: label
+    <ticker>_blocks; synthetic, both: <ticker>_blocks_<mode>, each fold's flow calibrated on its training blocks
+    first, a minute a fold at most)."""
     prepare = [dataclasses.replace(j, argv=(plan.python, *j.argv[1:])) for j in _real_days("walkforward")]
-    rounds = -(-len(plan.walk_folds.split(",")) * len(plan.seeds) // 5)
+    folds = len(plan.walk_folds.split(","))
+    rounds = -(-folds * len(plan.seeds) // 5)
     return [*prepare, *(Job(
-        step="walkforward", label=f"{ticker.lower()}_blocks",
+        step="walkforward", label=f"{ticker.lower()}_blocks" + ("" if mode == "real" else f"_{mode}"),
         argv=(plan.python, "benchmarks/bench_walkforward.py", "--data", REAL_CACHE, "--days", ticker, "--blocks", "13",
               "--folds", plan.walk_folds, "--seeds", str(len(plan.seeds)), "--train-s", f"{plan.walk_seconds:g}",
               "--parallel", "5", "--gpus", "1", "--episodes", "256", "--set", "market.horizon=200",
-              "--out", "{tmp}/walkforward"),
-        timeout_s=rounds * (plan.walk_seconds + 90) + 120, expect_s=rounds * (plan.walk_seconds + 45) + 60,
+              "--train-on", mode, "--out", "{tmp}/walkforward"),
+        timeout_s=rounds * (plan.walk_seconds + 90) + 120 + (60 * folds if mode != "real" else 0),
+        expect_s=rounds * (plan.walk_seconds + 45) + 60 + (25 * folds if mode != "real" else 0),
         collect=_walkforward_collect,
-    ) for ticker in plan.walk_days.split(","))]  # fmt: skip
+    ) for ticker in plan.walk_days.split(",") for mode in plan.walk_train_on.split(","))]  # fmt: skip
 
 
 def _learn(plan: Plan) -> list[Job]:
