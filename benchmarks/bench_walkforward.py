@@ -6,6 +6,9 @@ the learner on the GPU where there is one) on the fold's training periods for --
 checkpoint; the runs fan out as Ray tasks, --parallel at a time. Then each fold is scored by
 `foxhunt_ray.walkforward.score_fold` (the checkpoint and the quoting rule's parameters picked on the validation
 period, the test period played once, intervals over seeds and windows), the p-values Holm-adjusted over the folds.
+--train-on (sim-to-real): real (the default) trains on the fold's training periods; synthetic on the synthetic flow
+fitted to those periods alone (`walkforward.calibrate_fold`, before any run), both on --synthetic-share of the rollout
+books that flow and the rest real; the checkpoint's choice and the test are the real days' in every mode.
 
 Writes OUT/walkforward.json (every fold's record), OUT/walkforward.md (the table, naming the kind of fold) and
 OUT/walkforward.png (each fold's test PnL, the agent's interval over seeds and windows), keeps the runs under
@@ -13,6 +16,7 @@ OUT/runs with their chosen checkpoints alone (--keep-all: every one; OUT/logs: e
 table and a last line
 
     folds=<n> seeds=<s> agent_usd=<mean> flat_usd=<x> imbalance_usd=<y> quoting_usd=<z> beats_best_baseline=<k>/<n>
+    train_on=<mode>
 
 the means over folds of each policy's test PnL per window, and k the folds whose 95 % interval of agent minus the
 best rule (the best of flat, imbalance and quoting on that fold's test) lies above zero. docs/evaluation.md,
@@ -21,6 +25,7 @@ best rule (the best of flat, imbalance and quoting on that fold's test) lies abo
     python -m lobsim_env.data ingest ../shared/data/lobster --out days
     python benchmarks/bench_walkforward.py --data days --days AMZN --blocks 13 --folds 4,8,12 --seeds 5 \\
         --train-s 60 --out walkforward
+    python benchmarks/bench_walkforward.py ... --train-on synthetic --out walkforward_synthetic   # or both
 """
 
 from __future__ import annotations
