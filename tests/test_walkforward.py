@@ -314,3 +314,29 @@ def test_the_bench_refuses_a_synthetic_share_without_both(three_dates, tmp_path,
         with pytest.raises(SystemExit) as exc:
             bench_walkforward.main(["--data", str(three_dates), *argv, "--out", str(tmp_path)])
         assert exc.value.code == 2 and "--synthetic-share=" in capsys.readouterr().err
+
+
+def test_the_sim_to_real_table_sets_each_mode_beside_real_on_the_same_folds(tmp_path, capsys):
+    from benchmarks import sim_to_real_table
+
+    def doc(mode: str | None, agent: float, folds=(4,)) -> Path:
+        fold = {"test_days": ["v/A/d#4"], "seeds": [0, 1], "best_baseline": "quoting", "synthetic_share": 0.5,
+                "policies": {"agent": {"pnl_usd_mean": agent, "per_seed_usd": [agent - 1, agent + 1]},
+                             "quoting": {"pnl_usd_mean": 2.0}, "hindsight": {"pnl_usd_mean": 9.0}},
+                "versus": {"quoting": {"mean_usd": agent - 2.0, "ci95_usd": [agent - 3.0, agent - 1.0]}}}  # fmt: skip
+        path = tmp_path / f"{mode}-{agent}-{len(folds)}.json"
+        folds_ = [{**fold, "fold": k, **({"train_on": mode} if mode else {})} for k in folds]
+        path.write_text(json.dumps({"folds": folds_}))
+        return path
+
+    real, syn, both = doc(None, 5.0), doc("synthetic", 1.0), doc("both", 4.5)  # no train_on: made before the flag
+    assert sim_to_real_table.main([str(both), str(real), str(syn)]) == 0
+    text = capsys.readouterr().out
+    assert "| real | 4 | d#4 | 2 | +5.00 | quoting +2.00 | +3.00 [+2.00, +4.00] | yes | +9.00 |" in text
+    assert "| synthetic | 4 | d#4 | 2 | +1.00 | quoting +2.00 | -1.00 [-2.00, +0.00] | no | +9.00 |" in text
+    assert "| both (50% synthetic) | 4 |" in text and "| synthetic | 1 | +1.00 | +2.00 | -1.00 | 0/1 |" in text
+    assert "| 4 | -4.00 (seeds +0.0 +2.0; real +4.0 +6.0) | -0.50 (seeds +3.5 +5.5; real +4.0 +6.0) |" in text
+    for bad, said in (([real, doc("real", 3.0)], "a second file of --train-on real"),
+                      ([real, doc("synthetic", 1.0, (4, 8))], "compare the modes on the same folds")):  # fmt: skip
+        with pytest.raises(SystemExit, match=said):
+            sim_to_real_table.main([str(p) for p in bad])
