@@ -48,7 +48,8 @@ from actors.checkpoints import RUN_CHECKPOINT_FORMAT, Checkpoint, CheckpointErro
 from actors.episode_stats import EpisodeStats
 from actors.wire import DEFAULT_LIMITS, PayloadDecoder, WireLimits
 from learner.config import NO_FAULTS, FaultInjection, LearnerConfig
-from learner.learner import Learner, _Pending
+from learner.learner import Learner
+from learner.minibatch import Pending
 from learner.replay import BATCH_DTYPES, rollout_from_batch
 
 TIMING_KEYS: tuple[str, ...] = (
@@ -76,7 +77,7 @@ learner, the steps' time); and the payloads and updates done."""
 class _Payload:
     """A payload whose steps are queued: their diag values and the device time are read by `_collect`."""
 
-    steps: list[_Pending]
+    steps: list[Pending]
     totals: dict
     """EpisodeStats.diag() with this payload counted, plus worker_index and bad_payloads."""
     events: tuple | None = None

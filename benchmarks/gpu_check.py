@@ -396,8 +396,9 @@ REGIONS = {
     "_fused_guarded_step": "guard as one op (ops.guarded_adam_)",
     "_apply": "host guard (the CPU's): skip, clip, Adam, undo",
 }
-"""Learner methods whose launches `regions` counts apart (a launch belongs to the innermost one running); the rest
-of Learner.update (the replay write and gather, the diag stack) is 'the rest of update'."""
+"""Learner and Optimiser (learner/optim.py) methods whose launches `regions` counts apart (a launch belongs to the
+innermost one running); the rest of Learner.update (the replay write and gather, the diag stack) is 'the rest of
+update'."""
 _NOISE = ("void ", "at::native::", "(anonymous namespace)::", "std::", "c10::", "at::cuda::", "cutlass::", "foxhunt::")
 
 
@@ -463,6 +464,7 @@ def run_regions(
         lrn = Learner(cfg, obs_dim=obs_dim, n_actions=n_actions, device=device, seed=0, **identity_obs_stats(obs_dim))
         spans: list[tuple[str, float, float]] = []
         mark_regions(lrn)
+        mark_regions(lrn.optim)
         for i in range(6):
             lrn.update(batches[i % 4])
         if device == "cuda":
@@ -540,11 +542,13 @@ def run_census(json_path: str | None, preset_name: str, T: int, B: int) -> dict:
     use_kernels = ops._use_kernels
     ops._use_kernels = lambda t: True  # the custom ops' CPU registrations stand in for their kernels
     try:
-        cfg = dataclasses.replace(preset(preset_name), q_batch_size=1024, replay_min_size=1024, cuda_graph=False)
+        cfg = dataclasses.replace(
+            preset(preset_name), q_batch_size=1024, replay_min_size=1024, cuda_graph=False, nan_guard="fused"
+        )
         lrn = Learner(cfg, obs_dim=obs_dim, n_actions=n_actions, device="cpu", seed=0, **identity_obs_stats(obs_dim))
-        lrn.device_guard = True
         lrn.graph = G.GraphUpdate(lrn, capture=False)
         mark_regions(lrn)
+        mark_regions(lrn.optim)
         mark_regions(lrn.graph, ("_body",))
         steps = 0
         while len(lrn.replay) < cfg.replay_min_size or steps < 2:  # then every step takes the graph's body

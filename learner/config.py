@@ -24,6 +24,7 @@ IqnBaseline = Literal["off", "v_iqn", "blend"]
 IQN_BASELINES: tuple[str, ...] = ("off", "v_iqn", "blend")
 MATMUL_PRECISIONS: tuple[str, ...] = ("highest", "high")
 OBS_NORMS: tuple[str, ...] = ("off", "probe")
+NAN_GUARDS: tuple[str, ...] = ("auto", "host", "composed", "fused")
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -142,6 +143,14 @@ class LearnerConfig:
     "highest" is full float32; "high" lets them use TF32 tensor cores (about 1e-3 relative per product). The
     losses and kill-rule diagnostics stay within the tolerances tests/test_learner_cuda.py states. No effect on
     CPU, and not part of what a checkpoint must match."""
+    nan_guard: Annotated[Literal["auto", "host", "composed", "fused"], OneOf(NAN_GUARDS)] = "auto"
+    """How a step that is not finite is kept from landing (learner/optim.py): "host" syncs, then skips it, changing
+    nothing; "composed" always steps and undoes it on the device with torch.where (no sync: what a CUDA graph
+    captures); "fused" is the composed guard as one op (ops.guarded_adam_). All three train bit-identically on the
+    CPU (tests/test_graph.py). "auto": the host guard off CUDA; on CUDA the fused guard where the ops run their
+    kernels, else the composed one. A captured CUDA graph step cannot sync: with "host" it takes auto's device guard.
+    Not part of what a checkpoint must match."""
+
     def errors(self) -> list[str]:
         """Every problem as 'learner.field=value must ...'; empty when the config is usable."""
         bad = field_errors(self, "learner")
@@ -228,7 +237,7 @@ RETIRED_FIELDS = frozenset({"inject_nan_at", "flip_distill_sign"})
 """LearnerConfig fields that moved to FaultInjection: a checkpoint or config.json of older code may hold them."""
 CHECKPOINT_FORMAT = "foxhunt_ray.learner/1"
 """The format of a learner's state_dict (Learner.state_dict): its checkpoints carry it and its config."""
-EXECUTION_ONLY = frozenset({"cuda_graph", "matmul_precision"})
+EXECUTION_ONLY = frozenset({"cuda_graph", "matmul_precision", "nan_guard"})
 """LearnerConfig fields that change how, not what, a learner computes: a checkpoint loads across them."""
 
 

@@ -4,11 +4,11 @@ An eager `Learner.update` on a GPU spends most of its time launching hundreds of
 waiting on about a dozen host syncs, not computing (BENCHMARKS.md, "The learner's update"). Three things remove
 that overhead without changing what is learned:
 
-1. The device guard (Learner._guarded_step, in learner.learner): the shared backward (Learner._backward: ONE
-   backward of `loss + l_dueling`, bit-identical to two since h is detached, grad norms, finite check), then
-   always clip and step, and undo with `torch.where` against a snapshot of parameters, Adam state and targets
-   when the step was not healthy. The healthy flag stays on the device; the caller reads it with the diag dict
-   at its one host sync.
+1. The device guard (learner/optim.py, Optimiser.step: composed of torch ops, or fused as one op): the shared
+   backward (Optimiser._backward: ONE backward of `loss + l_dueling`, bit-identical to two since h is detached,
+   grad norms, finite check), then always clip and step, and undo with `torch.where` against a snapshot of
+   parameters, Adam state and targets when the step was not healthy. The healthy flag stays on the device; the
+   caller reads it with the diag dict at its one host sync.
 2. The on-policy losses (Learner._policy_losses, the eager path's own code) run over all T*B rows with the
    valid mask as row mask, never indexing the valid rows (whose count changes per rollout): every shape is
    fixed by (T, B), so one graph serves every rollout of that shape.

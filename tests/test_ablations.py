@@ -413,8 +413,7 @@ def test_graph_body_trains_every_ablation_like_the_eager_update(name):
     3.2c's alpha (a device scalar written before each step) moves through the ramp inside it."""
     kw = {"alpha_start_step": 1, "alpha_end_step": 4}
     eager = _learner(name, seed=1, **kw)
-    body = _learner(name, seed=1, **kw)
-    body.device_guard = True
+    body = _learner(name, seed=1, nan_guard="composed", **kw)
     body.graph = G.GraphUpdate(body, capture=False)
     for batch in _batches(11, 5):
         da, db = eager.update(batch), body.update(batch)

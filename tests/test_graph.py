@@ -46,23 +46,16 @@ def _state(lrn: Learner) -> dict[str, torch.Tensor]:
     return out
 
 
-def _device_guarded(lrn: Learner, fused: bool | None = None) -> Learner:
-    lrn.device_guard, lrn.fused_guard = True, fused
-    return lrn
-
-
 @pytest.mark.parametrize("mode", ["off", "diagnostic", "baseline"])
 @pytest.mark.parametrize("pair", ["host_vs_device", "composed_vs_fused"])
 def test_device_guard_trains_bit_identically_to_the_host_guard(mode, pair):
     """Healthy steps, an injected NaN (step 3) and an overflowing Adam step (step 5): same bits, same diag. Also
     the device guard as torch ops against it as one op (ops.guarded_adam_, here its reference: the CPU op)."""
     nan_at_3 = FaultInjection(inject_nan_at=3)
-    learners = [Learner(_cfg(dueling_mode=mode), obs_dim=OBS, n_actions=N, seed=4, faults=nan_at_3) for _ in range(2)]
-    if pair == "host_vs_device":
-        _device_guarded(learners[1])
-    else:
-        _device_guarded(learners[0], fused=False)
-        _device_guarded(learners[1], fused=True)
+    guards = ("host", "composed") if pair == "host_vs_device" else ("composed", "fused")
+    learners = [
+        Learner(_cfg(dueling_mode=mode, nan_guard=g), obs_dim=OBS, n_actions=N, seed=4, faults=nan_at_3) for g in guards
+    ]
     rng = np.random.default_rng(7)
     batches = [_rollout(rng) for _ in range(7)]
     for step, batch in enumerate(batches, start=1):
@@ -88,8 +81,8 @@ def test_device_guard_trains_bit_identically_to_the_host_guard(mode, pair):
 def test_first_step_aborted_leaves_adam_as_if_never_stepped():
     """The device guard always steps; undoing Adam's very first step must leave a zero state that then
     trains exactly like the fresh state the host guard keeps."""
-    learners = [Learner(_cfg(), obs_dim=OBS, n_actions=N, faults=FaultInjection(inject_nan_at=1)) for _ in range(2)]
-    _device_guarded(learners[1])
+    nan_at_1 = FaultInjection(inject_nan_at=1)
+    learners = [Learner(_cfg(nan_guard=g), obs_dim=OBS, n_actions=N, faults=nan_at_1) for g in ("host", "composed")]
     rng = np.random.default_rng(8)
     batches = [_rollout(rng) for _ in range(3)]
     for batch in batches:
@@ -206,7 +199,7 @@ def test_masked_policy_losses_match_the_plain_losses_on_the_valid_rows(mode):
 def test_graph_body_trains_like_the_eager_update(mode):
     """GraphUpdate's body (what CUDA captures) run eagerly: same samples, same steps, float32-close results."""
     eager = Learner(_cfg(dueling_mode=mode), obs_dim=OBS, n_actions=N, seed=1)
-    body = _device_guarded(Learner(_cfg(dueling_mode=mode), obs_dim=OBS, n_actions=N, seed=1))
+    body = Learner(_cfg(dueling_mode=mode, nan_guard="composed"), obs_dim=OBS, n_actions=N, seed=1)
     body.graph = G.GraphUpdate(body, capture=False)
     rng = np.random.default_rng(11)
     for _ in range(6):
@@ -225,7 +218,7 @@ def test_graph_body_trains_like_the_eager_update(mode):
 
 
 def test_graph_body_skips_an_injected_nan_step():
-    lrn = _device_guarded(Learner(_cfg(), obs_dim=OBS, n_actions=N, faults=FaultInjection(inject_nan_at=2)))
+    lrn = Learner(_cfg(nan_guard="composed"), obs_dim=OBS, n_actions=N, faults=FaultInjection(inject_nan_at=2))
     lrn.graph = G.GraphUpdate(lrn, capture=False)
     rng = np.random.default_rng(12)
     assert lrn.update(_rollout(rng))[D.NAN_ABORT_STEP] == 0
@@ -255,8 +248,31 @@ def test_cuda_graph_flag_is_validated_and_not_part_of_a_checkpoints_identity():
     assert dst.graph is None  # CPU: the flag has no effect
 
 
+def test_the_nan_guard_is_one_validated_field_and_not_part_of_a_checkpoints_identity():
+    """learner.nan_guard picks the guard's path ("auto": the host guard on the CPU); a checkpoint written with one
+    path loads into a learner of another, which trains on from it exactly as the writer does."""
+    assert preset("phase4_3").nan_guard == "auto"
+    assert _cfg(nan_guard="device").errors() == [
+        "learner.nan_guard='device' must be one of ['auto', 'host', 'composed', 'fused']"
+    ]
+    assert Learner(_cfg(), obs_dim=OBS, n_actions=N).optim.guard == "host"
+    rng = np.random.default_rng(14)
+    src = Learner(_cfg(nan_guard="host"), obs_dim=OBS, n_actions=N)
+    src.update(_rollout(rng))
+    buf = io.BytesIO()
+    torch.save(src.state_dict(), buf)  # a copy: the state_dict shares Adam's state tensors with src
+    buf.seek(0)
+    dst = Learner(_cfg(nan_guard="fused"), obs_dim=OBS, n_actions=N)
+    dst.load_state_dict(torch.load(buf, weights_only=True))
+    batch = _rollout(rng)
+    assert src.update(batch) == dst.update(batch)
+    assert _state(src).keys() == _state(dst).keys()
+    for k, v in _state(src).items():
+        assert torch.equal(v, _state(dst)[k]), k
+
+
 def test_graph_body_keeps_one_buffer_set_per_rollout_shape_and_a_load_drops_them():
-    lrn = _device_guarded(Learner(_cfg(), obs_dim=OBS, n_actions=N))
+    lrn = Learner(_cfg(nan_guard="composed"), obs_dim=OBS, n_actions=N)
     lrn.graph = G.GraphUpdate(lrn, capture=False)
     rng = np.random.default_rng(13)
     shapes = [(6, 4), (3, 8), (6, 4), (2, 5), (4, 4), (5, 3), (3, 8)]

@@ -133,9 +133,9 @@ def test_learning_rate_decays_with_the_run_s_progress():
     constant.set_progress(1.0)
     assert constant.update(batch)[D.LR_SCALE] == 1.0 and constant.main.opt.param_groups[0]["lr"] == constant.cfg.lr
     lrn.set_progress(0.5)  # clamped into [0, 1], linear between
-    assert lrn.lr_scale == pytest.approx(0.625)
+    assert lrn.optim.lr_scale == pytest.approx(0.625)
     lrn.set_progress(7.0)
-    assert lrn.lr_scale == 0.25
+    assert lrn.optim.lr_scale == 0.25
 
 
 def test_building_a_learner_leaves_the_global_rng_alone():
@@ -329,9 +329,10 @@ def test_updates_in_minibatches_are_updates_on_each_minibatch_in_turn(graph_body
     from learner import graph as G
 
     def make():
-        lrn = Learner(_cfg(minibatch_envs=3, dueling_mode="baseline"), obs_dim=OBS, n_actions=N, seed=2)
+        guard = "composed" if graph_body else "auto"
+        cfg = _cfg(minibatch_envs=3, dueling_mode="baseline", nan_guard=guard)
+        lrn = Learner(cfg, obs_dim=OBS, n_actions=N, seed=2)
         if graph_body:  # the CUDA path's captured body, run eagerly (tests/test_graph.py)
-            lrn.device_guard = True
             lrn.graph = G.GraphUpdate(lrn, capture=False)
         return lrn
 
@@ -357,9 +358,9 @@ def test_ppo_epochs_pass_over_the_minibatches_again_and_write_replay_once(graph_
     from learner.replay import rollout_from_batch
 
     def make(epochs):
-        lrn = Learner(_cfg(minibatch_envs=3, ppo_epochs=epochs), obs_dim=OBS, n_actions=N, seed=4)
+        guard = "composed" if graph_body else "auto"
+        lrn = Learner(_cfg(minibatch_envs=3, ppo_epochs=epochs, nan_guard=guard), obs_dim=OBS, n_actions=N, seed=4)
         if graph_body:  # the CUDA path's captured body, run eagerly (tests/test_graph.py)
-            lrn.device_guard = True
             lrn.graph = G.GraphUpdate(lrn, capture=False)
         return lrn
 
@@ -437,9 +438,9 @@ def test_one_online_encoder_pass_serves_the_rollout_and_the_replay_sample(graph_
     gradients equal up to the order in which the weight gradients sum their rows."""
     from learner import graph as G
 
-    lrn = Learner(_cfg(dueling_mode="baseline"), obs_dim=OBS, n_actions=N, seed=2)
+    guard = "composed" if graph_body else "auto"
+    lrn = Learner(_cfg(dueling_mode="baseline", nan_guard=guard), obs_dim=OBS, n_actions=N, seed=2)
     if graph_body:
-        lrn.device_guard = True
         lrn.graph = G.GraphUpdate(lrn, capture=False)
     rng = np.random.default_rng(5)
     lrn.update(_rollout(rng))  # fills replay: the next step trains the Q losses

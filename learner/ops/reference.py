@@ -209,8 +209,8 @@ def guarded_adam_(
     tau: float,
 ) -> tuple[Tensor, Tensor]:
     """The learner's device-guarded optimizer step over its networks' flat buffers, in place; what
-    Learner._guarded_step does with torch.optim.Adam, on explicit state (tests/test_graph.py, composed_vs_fused,
-    checks the two agree bit for bit on the CPU).
+    Optimiser._guarded_step (learner/optim.py) does with torch.optim.Adam, on explicit state (tests/test_graph.py,
+    composed_vs_fused, checks the two agree bit for bit on the CPU).
 
     Per network k: its gradient's norm (and network 0's group norms, group g = flats[0][group_ends[g-1]:group_ends[g]]),
     the gradient clipped to max_norms[k] as torch.nn.utils.clip_grad_norm_ does, one Adam step (torch's, no weight
