@@ -7,7 +7,8 @@ For each mode and fold: the agent's test PnL per window, the best rule's (the st
 tuned quoting rule on that fold's test), agent minus it with its 95 % interval (seeds and windows resampled), whether
 the interval lies above 0, and the hindsight bound; then per mode the means over folds and the folds beaten, and
 per fold each mode's agent minus real's (the same test windows: every mode plays the fold's test seed). A record
-without `train_on` (made before --train-on) trained on real windows. docs/evaluation.md, "Walk-forward".
+without `train_on` (made before --train-on) trained on real windows. Only the folds every file holds are compared
+(the others are named below the tables). docs/evaluation.md, "Walk-forward".
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ ORDER = ("real", "synthetic", "both")
 
 
 def load(paths: list[str]) -> dict[str, dict]:
-    """mode -> {fold: record}; each file one mode (refused otherwise, or a mode given twice)."""
+    """mode -> {fold: record} on the folds every file holds; each file one mode (refused otherwise, or a mode given
+    twice)."""
     modes: dict[str, dict] = {}
     for path in paths:
         doc = json.loads(Path(path).read_text())
@@ -32,10 +34,21 @@ def load(paths: list[str]) -> dict[str, dict]:
         if mode in modes:
             raise SystemExit(f"error: {path}: a second file of --train-on {mode}; give one file a mode")
         modes[mode] = {f["fold"]: f for f in doc["folds"]}
-    folds = [sorted(m) for m in modes.values()]
-    if any(f != folds[0] for f in folds):
-        raise SystemExit(f"error: the files hold other folds ({folds}): compare the modes on the same folds")
-    return {m: modes[m] for m in ORDER if m in modes}
+    common = set.intersection(*(set(m) for m in modes.values()))
+    if not common:
+        raise SystemExit(f"error: no fold in every file ({[sorted(m) for m in modes.values()]}): nothing to compare")
+    return {m: {k: f for k, f in modes[m].items() if k in common} for m in ORDER if m in modes}
+
+
+def left_out(paths: list[str], kept: dict[str, dict]) -> list[str]:
+    """The folds of a file that not every file holds (left out of the comparison), in words."""
+    common = set(next(iter(kept.values())))
+    out = []
+    for path in paths:
+        folds = {f["fold"] for f in json.loads(Path(path).read_text())["folds"]}
+        if extra := sorted(folds - common):
+            out.append(f"{path}: fold(s) {extra} left out (not in every file)")
+    return out
 
 
 def table(modes: dict[str, dict]) -> str:
@@ -85,7 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("records", nargs="+", metavar="WALKFORWARD.json", help="bench_walkforward's record, one a mode")
     p.add_argument("--out", default=None, metavar="FILE.md", help="also write the tables here")
     args = p.parse_args(argv)
-    text = table(load(args.records))
+    kept = load(args.records)
+    text = "\n".join([table(kept), *(f"\n{line}" for line in left_out(args.records, kept))])
     print(text)
     if args.out:
         Path(args.out).write_text(text + "\n")
