@@ -6,7 +6,9 @@ connects with ray.init(address="auto") (the job's RAY_ADDRESS), runs the driver 
 cluster places them (the learner where `--learner-resources` asks). Every file of the run is written on the node
 that runs the job, the head, the learner's checkpoints included (they reach it through the object store); `--storage
 ROOT` keeps a copy beyond the head's disk (foxhunt_ray.storage). Flags: the driver's (`--help`). The upload carries
-no .git, so code_sha is the content hash (foxhunt_ray.provenance).
+no .git, so code_sha is the content hash (foxhunt_ray.provenance). `ray job stop` sends SIGTERM, then SIGKILL after
+RAY_JOB_STOP_WAIT_TIME_S: a stop holds under a burst of signals as in foxhunt_ray.local, whose exit this shares (a
+late signal of the burst, while the process exits, is ignored: the exit code is the run's).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import sys
 
 from foxhunt_ray import driver
+from foxhunt_ray.local import _exit
 
 
 def _ray_init() -> None:
@@ -27,4 +30,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    _exit(main(sys.argv[1:]))

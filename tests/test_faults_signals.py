@@ -209,3 +209,26 @@ def test_ray_burst_of_three_sigterms_during_the_stop_checkpoint(tmp_path):
     assert len(said) == 1 and "a third signal abandons the stop checkpoint" in said[0], err[-3000:]
     assert len([line for line in err.splitlines() if line.startswith("a third signal")]) == 1, err[-3000:]
     assert "abandoned" in summary["message"] and newest < steps[-1]
+
+
+def test_the_job_entry_ignores_the_late_signals_of_a_burst_as_local_does(monkeypatch):
+    """`python -m foxhunt_ray.job` (what `ray job submit` runs) ends the way foxhunt_ray.local does once a stop
+    signal has reached the run: SIGINT and SIGTERM ignored while the process exits, so a late signal of the burst
+    cannot turn the run's exit code into 143 (before: `sys.exit(main())`, the default handlers back). In-process,
+    the driver replaced by one that returns 0 after a stop: under a second."""
+    import runpy
+
+    from foxhunt_ray.loops import StopSignals
+
+    previous = {sig: signal.getsignal(sig) for sig in StopSignals.SIGNALS}
+    monkeypatch.setattr(driver, "main", lambda *a, **k: 0)
+    monkeypatch.setattr(StopSignals, "signalled", True, raising=False)
+    monkeypatch.setattr(sys, "argv", ["foxhunt_ray.job", "--serial"])
+    try:
+        with pytest.raises(SystemExit) as ended:
+            runpy.run_module("foxhunt_ray.job", run_name="__main__")
+        assert ended.value.code == 0
+        assert all(signal.getsignal(sig) == signal.SIG_IGN for sig in StopSignals.SIGNALS)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
