@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from actors.files import MAX_TEXT_BYTES, RunFileError, kind_of, read_bounded, write_atomic
 from foxhunt_ray import provenance
 from foxhunt_ray.evaluate import EvaluationError, load_networks, load_run, resolve_checkpoint
 from foxhunt_ray.run_folder import resolve_run_dir
@@ -91,9 +92,7 @@ def export_run(run_dir: str | Path, *, out: str | Path | None = None, checkpoint
         part.replace(folder / POLICY_FILE)
     finally:
         part.unlink(missing_ok=True)
-    tmp = folder / (MANIFEST_FILE + ".tmp")
-    tmp.write_text(json.dumps(manifest, indent=1) + "\n")
-    tmp.replace(folder / MANIFEST_FILE)
+    write_atomic(folder / MANIFEST_FILE, json.dumps(manifest, indent=1) + "\n")  # never through a planted link
     return folder
 
 
@@ -102,13 +101,21 @@ class ExportedPolicy:
 
     def __init__(self, folder: str | Path):
         folder = Path(folder)
-        try:
-            self.manifest = json.loads((folder / MANIFEST_FILE).read_text())
-        except (OSError, json.JSONDecodeError) as err:
-            raise EvaluationError(f"{folder}: no readable {MANIFEST_FILE} ({err}); export the run again") from None
+        again = "export the run again (python -m foxhunt_ray.export RUN_DIR --out FOLDER)"
+        try:  # a regular file of at most MAX_TEXT_BYTES: a FIFO or /dev/zero there is named, never read
+            self.manifest = json.loads(read_bounded(folder / MANIFEST_FILE, MAX_TEXT_BYTES, fix=again))
+        except RunFileError as err:
+            raise EvaluationError(f"{folder}: {MANIFEST_FILE} cannot be read: {err}") from None
+        except (OSError, ValueError) as err:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+            raise EvaluationError(f"{folder}: no readable {MANIFEST_FILE} ({err}); {again}") from None
+        if not isinstance(self.manifest, dict):
+            got = type(self.manifest).__name__
+            raise EvaluationError(f"{folder / MANIFEST_FILE}: a JSON {got}, not the export's manifest; {again}")
         if self.manifest.get("format") != FORMAT:
             got = self.manifest.get("format")
             raise EvaluationError(f"{folder / MANIFEST_FILE}: format={got!r}, expected {FORMAT!r}; export it again")
+        if (kind := kind_of(folder / POLICY_FILE)) not in ("a regular file", "missing"):  # a FIFO would block the load
+            raise EvaluationError(f"{folder / POLICY_FILE} is {kind}, not a regular file: nothing was read; {again}")
         try:
             self.module = torch.export.load(folder / POLICY_FILE).module()
         except (OSError, RuntimeError, ValueError) as err:

@@ -55,3 +55,29 @@ def test_the_default_folder_and_a_broken_export_are_named(run_dir, tmp_path):
     with pytest.raises(EvaluationError, match=r"format='other/0', expected 'foxhunt_ray.policy/1'; export it again"):
         load(tmp_path)
     assert main([str(tmp_path / "nothing")]) == 1
+
+
+def test_an_export_folder_holding_a_fifo_is_named_never_read(tmp_path):
+    """load() reads policy.json bounded (a regular file, at most actors.files.MAX_TEXT_BYTES) and opens policy.pt2
+    only when it is a regular file: a FIFO at either is named, never read (before: a FIFO blocked for ever, and
+    /dev/zero at policy.json was read until the kernel killed the process: not tried here, the check is the same)."""
+    import os
+    import signal
+
+    def late(signum, frame):
+        raise TimeoutError("still reading: the input was not refused")
+
+    previous = signal.signal(signal.SIGALRM, late)
+    signal.setitimer(signal.ITIMER_REAL, 5)
+    try:
+        os.mkfifo(tmp_path / MANIFEST_FILE)
+        with pytest.raises(EvaluationError, match=r"policy.json cannot be read: .*is a FIFO \(named pipe\), .*export"):
+            load(tmp_path)
+        (tmp_path / MANIFEST_FILE).unlink()
+        (tmp_path / MANIFEST_FILE).write_text(json.dumps({"format": "foxhunt_ray.policy/1", "obs_dim": 3}))
+        os.mkfifo(tmp_path / POLICY_FILE)
+        with pytest.raises(EvaluationError, match=r"policy.pt2 is a FIFO \(named pipe\), not a regular file"):
+            load(tmp_path)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
