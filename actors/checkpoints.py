@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from actors.files import write_atomic
+from actors.files import kind_of, write_atomic
 from learner.config import CHECKPOINT_FORMAT as LEARNER_FORMAT
 from learner.config import LearnerConfig
 from lobsim_env.validation import InputError
@@ -96,6 +96,9 @@ def read_checkpoint(source: str | Path | bytes, *, mmap: bool = False) -> dict:
     import torch
 
     what = describe(source)
+    if not isinstance(source, bytes) and (kind := kind_of(source)) not in ("a regular file", "missing"):
+        why = f"it is {kind}, not a regular file: nothing was read from it"  # a FIFO would block the load, /dev/zero
+        raise CheckpointError(f"cannot read {what}: {why}", why)  # never end it
     if not isinstance(source, bytes) and Path(source).is_file() and Path(source).stat().st_size == 0:
         why = "the file is empty (a write that never finished)"
         raise CheckpointError(f"cannot read {what}: {why}", why)

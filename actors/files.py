@@ -163,15 +163,24 @@ def read_bounded(
         os.close(fd)
 
 
-def disk_full(err: BaseException | None) -> OSError | None:
-    """The OSError of a full disk behind err (itself, its cause or context, or a Ray task error's cause), or None."""
+def _causes(err: BaseException | None):
+    """err, then its cause or context (a Ray task error's own cause first), each once."""
     seen = set()
     while err is not None and id(err) not in seen:
         seen.add(id(err))
-        if isinstance(err, OSError) and err.errno in DISK_FULL_ERRNOS:
-            return err
+        yield err
         err = getattr(err, "cause", None) or err.__cause__ or err.__context__
-    return None
+
+
+def disk_full(err: BaseException | None) -> OSError | None:
+    """The OSError of a full disk behind err (itself, its cause or context, or a Ray task error's cause), or None."""
+    return next((e for e in _causes(err) if isinstance(e, OSError) and e.errno in DISK_FULL_ERRNOS), None)
+
+
+def refused_file(err: BaseException | None) -> RunFileError | None:
+    """The RunFileError behind err (a link or a FIFO planted in the run folder while the run wrote it, refused by
+    open_run_file), as disk_full finds a full disk; None if there is none."""
+    return next((e for e in _causes(err) if isinstance(e, RunFileError)), None)
 
 
 def write_atomic(path: str | Path, data: str | bytes, *, sync: bool = False) -> None:

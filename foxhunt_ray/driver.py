@@ -44,7 +44,15 @@ from pathlib import Path
 
 from actors.checkpoints import list_checkpoints
 from actors.envs import EnvSpaces, is_market, probe_env
-from actors.files import MAX_DIAG_BYTES, MAX_TEXT_BYTES, disk_full, read_bounded, remove_tmp_files, write_atomic
+from actors.files import (
+    MAX_DIAG_BYTES,
+    MAX_TEXT_BYTES,
+    disk_full,
+    read_bounded,
+    refused_file,
+    remove_tmp_files,
+    write_atomic,
+)
 from actors.kill_rules import EXIT_ERROR, EXIT_OK
 from actors.monitor import DIAG_FILE, SUMMARY_FILE, DiagFileError, Monitor, load_baseline, read_diag, step_records
 from foxhunt_ray import provenance, run_folder
@@ -1101,12 +1109,18 @@ def _end_in_error(plan: Plan, monitor, err: Exception) -> int:
     kept, what to do) instead of a traceback, and its temporary files are removed first: they may free the few
     bytes summary.json needs; when even that fails, the message says so and the previous summary stays."""
     full = disk_full(err)
-    if full is None:
+    last = monitor.last["step"] if getattr(monitor, "last", None) else plan.resume_step
+    if full is None and (refused := refused_file(err)) is not None:  # a link planted after the lock's check
+        message = (
+            f"{refused} (it appeared in the run folder while the run wrote it): the run stopped after update {last}; "
+            f"diag.jsonl ends with whole lines and the kept checkpoints are whole; resume with --resume {plan.run_dir}"
+        )
+        print(f"error: {message}", file=sys.stderr, flush=True)
+    elif full is None:
         traceback.print_exc()
         message = f"{type(err).__name__}: {err}"
     else:
         remove_tmp_files(plan.run_dir)
-        last = monitor.last["step"] if getattr(monitor, "last", None) else plan.resume_step
         what = {
             errno.EDQUOT: f"the disk quota for {plan.run_dir} is used up",
             errno.EFBIG: f"a file in {plan.run_dir} reached the size this process may write (ulimit -f)",
@@ -1119,10 +1133,11 @@ def _end_in_error(plan: Plan, monitor, err: Exception) -> int:
     try:
         return monitor.finish("error", message)
     except Exception as again:
-        if disk_full(again) is None:
+        if disk_full(again) is None and refused_file(again) is None:
             raise
+        why = "the disk is still full" if disk_full(again) is not None else str(refused_file(again))
         print(
-            f"error: summary.json not written, the disk is still full ({SUMMARY_FILE} keeps what it held before)",
+            f"error: summary.json not written, {why} ({SUMMARY_FILE} keeps what it held before)",
             file=sys.stderr,
             flush=True,
         )

@@ -54,7 +54,7 @@ from actors.files import (
     read_bounded,
     write_atomic,
 )
-from actors.monitor import SUMMARY_FILE
+from actors.monitor import DIAG_FILE, SUMMARY_FILE
 from foxhunt_ray.config import RunConfig, from_dict
 from foxhunt_ray.plan import DriverConfig
 from learner.config import RETIRED_FIELDS, FaultInjection, LearnerConfig, config_differences
@@ -104,6 +104,13 @@ class RunLock:
                     "must be regular files, not links (the run would write into the file it points at, or read "
                     f"another run's); remove the link (rm {link}) or put the file itself there, then run this "
                     "again; nothing was written"
+                )
+            if (odd := odd_file(lock.path.parent)) is not None:  # a FIFO or a folder where the run reads and writes
+                raise RunFolderError(
+                    f"run folder {lock.path.parent}: {odd} is {kind_of(odd, follow=False)}, not a regular file: it "
+                    "is not what a run writes there (a FIFO would block its reader); put back the run's own file "
+                    f"(a backup, its --storage copy) or remove it (rm -r {odd}), then run this again; nothing was "
+                    "written"
                 )
         except BlockingIOError:
             os.close(fd)
@@ -165,6 +172,21 @@ def linked_file(run_dir: str | Path) -> Path | None:
         for entry in entries:
             if entry.is_symlink() and not entry.is_dir(follow_symlinks=True):
                 return Path(entry.path)
+    return None
+
+
+READ_FILES = (CONFIG_FILE, CONFIG_WRITTEN_FILE, CONFIG_HASH_FILE, SUMMARY_FILE, DIAG_FILE, CONFIG_CHANGES_FILE)
+"""The files of a run folder that a resume reads or appends to (odd_file)."""
+
+
+def odd_file(run_dir: str | Path) -> Path | None:
+    """The first of run_dir's READ_FILES that is there but is neither a regular file nor a link (a FIFO, a device,
+    a socket, a folder: what no run writes; linked_file finds the links), or None. A resume that skipped such a
+    summary.json would not know the run was killed or done."""
+    for name in READ_FILES:
+        kind = kind_of(Path(run_dir) / name, follow=False)
+        if kind not in ("a regular file", "missing") and not kind.startswith("a symbolic link"):
+            return Path(run_dir) / name
     return None
 
 

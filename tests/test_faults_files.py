@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from actors import files
+from actors.checkpoints import CheckpointError, list_checkpoints, read_checkpoint
 from actors.files import MAX_DIAG_BYTES, MAX_TEXT_BYTES, RunFileError, read_bounded, write_atomic
 from actors.kill_rules import KillConfig
 from actors.monitor import Monitor, read_diag
@@ -142,6 +143,39 @@ def test_the_writers_open_no_link_even_when_planted_after_the_check(tmp_path):
     assert victim.read_text() == "precious\n"
 
 
+def test_a_link_planted_mid_run_ends_the_run_in_one_error_line(finished, tmp_path, capsys):
+    """Links planted after the lock's check, mid-run, at the next checkpoint's and summary.json's temporary names:
+    the checkpoint's write is refused, the run ends with exit 1 and one `error:` line naming the link and the
+    resume, then one line saying summary.json is not written (its own link refused): no traceback (before: the
+    RunFileError's traceback, then a second one from summary.json), the targets and what was kept whole."""
+    run_dir = copy_of(finished, tmp_path)
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    ckpt_tmp, summary_tmp = run_dir / "checkpoints" / "ckpt_00000025.pt.tmp", run_dir / "summary.json.tmp"
+    summary = (run_dir / "summary.json").read_bytes()
+
+    def plant(step, workers):
+        if step == 22 and not ckpt_tmp.is_symlink():
+            ckpt_tmp.symlink_to(victim)
+            summary_tmp.symlink_to(victim)
+
+    code = driver.main(
+        ["--resume", str(run_dir), "--serial", "--quiet", "--steps", "30", "--checkpoint-every", "5"], hook=plant
+    )
+    err = capsys.readouterr().err
+    assert code == 1 and "Traceback" not in err, err[-2000:]
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 2, err[-2000:]
+    assert f"{ckpt_tmp} is a symbolic link to {victim}" in errors[0] and f"rm {ckpt_tmp}" in errors[0]
+    assert f"--resume {run_dir}" in errors[0] and "the run stopped after update 2" in errors[0]
+    assert errors[1].startswith("error: summary.json not written, ")
+    assert f"{summary_tmp} is a symbolic link" in errors[1]
+    assert victim.read_text() == "precious\n" and (run_dir / "summary.json").read_bytes() == summary
+    kept = steps((run_dir / "diag.jsonl").read_bytes())
+    assert kept == list(range(1, len(kept) + 1)) and len(kept) >= 22
+    assert [s for s, _ in list_checkpoints(run_dir)] == [10, 20]
+
+
 # ---------------------------------------------------------------- item 2: endless inputs named, never read
 
 
@@ -207,6 +241,44 @@ def test_a_fifo_in_a_run_folder_is_named_by_resume_report_and_evaluate(finished,
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
     assert len(errors) == 3 and all(f"{run_dir / name} is a FIFO (named pipe), not a regular file" in e for e in errors)
     assert snapshot(run_dir) == before
+
+
+def test_a_checkpoint_that_is_a_fifo_or_a_device_is_named_never_read(finished, tmp_path, capsys):
+    """read_checkpoint (every reader of a checkpoint: evaluate, export, the learner; the resume's checks looked
+    before) refuses a FIFO and /dev/zero before torch opens them (a FIFO blocked `foxhunt_ray.export` and
+    `foxhunt_ray.evaluate` for ever): the export of a run whose newest checkpoint is a FIFO names it, exit 1."""
+    from foxhunt_ray import export
+
+    fifo = tmp_path / "ckpt_00000030.pt"
+    os.mkfifo(fifo)
+    with at_most(10):
+        with pytest.raises(CheckpointError, match=r"/dev/zero: it is a character device .*not a regular file"):
+            read_checkpoint("/dev/zero")
+        with pytest.raises(CheckpointError, match=r"it is a FIFO \(named pipe\), not a regular file: nothing was read"):
+            read_checkpoint(fifo, mmap=True)
+        run_dir = copy_of(finished, tmp_path)
+        newest = run_dir / "checkpoints" / "ckpt_00000020.pt"
+        newest.unlink()
+        os.mkfifo(newest)
+        assert export.main([str(run_dir), "--out", str(tmp_path / "export")]) == 1
+    err = capsys.readouterr().err
+    assert f"{newest}" in err and "is a FIFO (named pipe), not a regular file" in err and "Traceback" not in err
+    assert not (tmp_path / "export").exists()
+
+
+@pytest.mark.parametrize("name", ["summary.json", "config.written.json"])
+def test_a_resume_refuses_a_fifo_where_the_run_writes_its_summary_or_config(finished, tmp_path, name, capsys):
+    """A FIFO at summary.json or config.written.json: the resume is refused under the lock, naming it (before: it
+    went on, as if the run had no summary.json: a killed run's would not have stopped it), nothing changed."""
+    run_dir = copy_of(finished, tmp_path)
+    (run_dir / name).unlink()
+    os.mkfifo(run_dir / name)
+    before = snapshot(run_dir)
+    with at_most(30):
+        assert resume(run_dir, "--steps", "30") == 1
+    err = capsys.readouterr().err
+    assert f"{run_dir / name} is a FIFO (named pipe), not a regular file" in err and "put back the run's own" in err
+    assert "Traceback" not in err and snapshot(run_dir) == before
 
 
 def test_a_run_dir_that_is_no_folder_is_called_what_it_is(tmp_path, capsys):
