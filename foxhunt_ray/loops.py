@@ -471,6 +471,7 @@ def run_ray(
     import ray
 
     from foxhunt_ray import remote
+    from foxhunt_ray.monitor_actor import MonitorDied
 
     cfg, drv = plan.config, plan.driver
     learner_gpus, worker_gpus = remote.gpu_shares(cfg.rollout, drv.rollout_workers, remote.cluster_has_gpu())
@@ -495,6 +496,8 @@ def run_ray(
         stop.arm()  # a signal that came while the actors started stops the run here
         return drive.run()
     except ray.exceptions.RayActorError as err:  # also a call whose input was the dead learner's answer
+        if monitor.local is None and getattr(err, "actor_id", None) == monitor.actor._actor_id.hex():
+            return drive.monitor_silent(MonitorDied(err))  # its process ended: taken over as a silent one is
         if getattr(err, "actor_id", None) != learner._actor_id.hex():
             raise
         lost = True
@@ -678,13 +681,16 @@ class _Drive:
         flight, the drain), in order and each step once, keeps a final checkpoint at the learner's step and writes
         summary.json 'error' naming the monitor and --monitor-timeout-s. A kill the driver already knew of stands
         (exit 3). The learner, healthy, is not replaced; one stuck as well (--learner-timeout-s) is killed and
-        what it held is lost (the newest checkpoint stays)."""
+        what it held is lost (the newest checkpoint stays). A monitor actor that died (MonitorDied) ends the same
+        way."""
+        from foxhunt_ray.remote import MonitorSilent
+
         plan, monitor, learner = self.plan, self.monitor, self.learner
         self.stop.ending()
         self.progress.end_line()
         print(
-            f"warning: {silent}: killing it; the driver records what the learner holds, keeps a checkpoint and ends "
-            "the run",
+            f"warning: {silent}: {'killing it; ' if isinstance(silent, MonitorSilent) else ''}the driver records what "
+            "the learner holds, keeps a checkpoint and ends the run",
             file=sys.stderr,
             flush=True,
         )

@@ -16,6 +16,17 @@ from actors.monitor import Monitor
 from foxhunt_ray.storage import RunStorage, keep_checkpoints
 
 
+class MonitorDied(RuntimeError):
+    """The monitor actor's process ended mid-run (kill -9, the OOM killer, a crash): the driver takes the run folder
+    over as it does for a silent monitor (foxhunt_ray.loops, _Drive.monitor_silent), so the run ends whole."""
+
+    def __init__(self, err: BaseException):
+        super().__init__(
+            "the monitor actor (it writes diag.jsonl, summary.json and the checkpoints) died "
+            f"({type(err).__name__}: its process was killed, ran out of memory or crashed)"
+        )
+
+
 class RayMonitor(Monitor):
     """Monitor inside its own actor, on the driver's node: also the writer of the learner's checkpoints there."""
 

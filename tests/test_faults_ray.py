@@ -22,6 +22,8 @@ import threading
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 from actors import wire
 from actors.checkpoints import list_checkpoints, read_checkpoint
 from foxhunt_ray import driver, remote
@@ -532,14 +534,35 @@ def continue_later(pid_file: Path, after_s: float) -> threading.Timer:
     return timer
 
 
-def test_ray_stopped_monitor_actor_is_named_and_the_run_ends_whole(tmp_path, ray_local, monkeypatch, capsys):
+def monitor_that_dies(at_call: int):
+    """A RayMonitor whose process is killed (SIGKILL, as `kill -9` or the OOM killer) at its `at_call`-th
+    record_update, before recording it."""
+    from foxhunt_ray.monitor_actor import RayMonitor
+
+    class DyingMonitor(RayMonitor):
+        calls = 0
+
+        def record_update(self, answer):
+            self.calls += 1
+            if self.calls == at_call:
+                os.kill(os.getpid(), signal.SIGKILL)
+            return super().record_update(answer)
+
+    return DyingMonitor
+
+
+@pytest.mark.parametrize("fault", ["stops", "dies"])
+def test_ray_stopped_monitor_actor_is_named_and_the_run_ends_whole(tmp_path, ray_local, monkeypatch, capsys, fault):
     """kill -STOP of the monitor actor at its 6th call (one rollout actor, --learner-timeout-s and
     --monitor-timeout-s 4): one warning and one error naming the monitor actor and --monitor-timeout-s, no word
     of the learner (not killed, no restart), exit 1, summary 'error' at the last line of diag.jsonl, which holds
     every step 1..N once (N past the stopped call: the driver recorded what the learner had answered), the newest
-    checkpoint at N and loadable; a resume (serial) goes on from it to N + 5."""
+    checkpoint at N and loadable; a resume (serial) goes on from it to N + 5. A monitor actor killed outright
+    (kill -9) at its 6th call ends the same way, its lines saying it died (before: the driver's error path
+    asked the dead actor for summary.json: a RayActorError traceback, no summary.json, no final checkpoint)."""
     pid_file = tmp_path / "monitor.pid"
-    monkeypatch.setattr(remote, "RayMonitor", monitor_that_stops_itself(6, pid_file))
+    made = monitor_that_stops_itself(6, pid_file) if fault == "stops" else monitor_that_dies(6)
+    monkeypatch.setattr(remote, "RayMonitor", made)
     timer = continue_later(pid_file, 90.0)
     flags = ("--steps", "40", "--checkpoint-every", "5", "--rollout-workers", "1")
     timeouts = ("--learner-timeout-s", "4", "--monitor-timeout-s", "4")
@@ -556,7 +579,8 @@ def test_ray_stopped_monitor_actor_is_named_and_the_run_ends_whole(tmp_path, ray
     errors = [line for line in err.splitlines() if line.startswith("error:")]
     assert len(warnings) == 1 and len(errors) == 1, err[-3000:]
     for line in (warnings[0], errors[0]):
-        assert "the monitor actor" in line and "--monitor-timeout-s, 4 s" in line, line
+        said = "--monitor-timeout-s, 4 s" if fault == "stops" else "died ("
+        assert "the monitor actor" in line and said in line, line
 
     data = (run_dir / "diag.jsonl").read_bytes()
     assert data.endswith(b"\n")
@@ -565,7 +589,7 @@ def test_ray_stopped_monitor_actor_is_named_and_the_run_ends_whole(tmp_path, ray
     assert steps == list(range(1, last + 1)) and last >= 6, steps  # whole, each step once, past the stopped call
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "error" and summary["exit_code"] == 1 and summary["step"] == last
-    assert "the monitor actor" in summary["message"] and "--monitor-timeout-s" in summary["message"]
+    assert "the monitor actor" in summary["message"]
     assert f"error: {summary['message']}" == errors[0]
     newest, path = list_checkpoints(run_dir)[-1]
     assert newest == last and read_checkpoint(path)["step"] == last
