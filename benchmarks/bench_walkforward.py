@@ -46,6 +46,7 @@ from actors.checkpoints import list_checkpoints  # noqa: E402
 from foxhunt_ray import driver  # noqa: E402
 from foxhunt_ray.evaluate import AGENT  # noqa: E402
 from foxhunt_ray.walkforward import BASELINES, TRAIN_ON, calibrate_fold, holm_across, score_fold, table  # noqa: E402
+from lobsim_env.calibrate import FITTED  # noqa: E402
 
 LAST = "folds={n} seeds={s} agent_usd={agent:.2f} flat_usd={flat:.2f} imbalance_usd={imbalance:.2f} "
 LAST += "quoting_usd={quoting:.2f} beats_best_baseline={k}/{n} train_on={train_on}"
@@ -160,6 +161,8 @@ def main(argv: list[str] | None = None) -> int:
                    "the rest real. Validation and test are real days in every mode")  # fmt: skip
     p.add_argument("--synthetic-share", type=float, default=0.5, metavar="X",
                    help="with --train-on both: the share of the rollout books that are synthetic (default 0.5)")
+    p.add_argument("--score-only", action="store_true",
+                   help="train nothing: score the runs already under --out (e.g. after scoring failed)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--out", default="walkforward", help="the folder of the runs and the results")
     args = p.parse_args(argv)
@@ -180,7 +183,19 @@ def main(argv: list[str] | None = None) -> int:
 
     start = time.perf_counter()
     calibrated: dict[int, dict[str, Any]] = {}
-    if args.train_on != "real":  # each fold's flow fitted on its training periods alone
+    if args.train_on != "real" and args.score_only:  # the calibrations the runs trained on
+        for k in folds:
+            path = out / "calibrated" / f"fold{k}.json"
+            if not path.is_file():
+                print(f"error: --score-only: no {path}; the runs of --train-on {args.train_on} were not made here",
+                      file=sys.stderr)  # fmt: skip
+                return 2
+            fitted = json.loads(path.with_suffix(".measured.json").read_text())
+            m = json.loads(path.read_text())["market"]
+            calibrated[k] = {"config": str(path), "days": fitted["days"], "tick_multiple": fitted["tick_multiple"],
+                             "synthetic_share": m["synthetic_share"],
+                             "fitted": {f: m["synthetic"][f] for f in FITTED}}  # fmt: skip
+    elif args.train_on != "real":  # each fold's flow fitted on its training periods alone
         share = 1.0 if args.train_on == "synthetic" else args.synthetic_share
         steps = [kv.split("=", 1)[1] for kv in args.overrides if kv.startswith("market.events_per_step=")]
         for k in folds:
@@ -193,7 +208,10 @@ def main(argv: list[str] | None = None) -> int:
         (k, s): (run_argv(args, k, s, runs, calibrated.get(k, {}).get("config")), str(logs / f"fold{k}-seed{s}.log"))
         for k, s in jobs
     }
-    if args.parallel == 1:  # one run at a time: no Ray
+    if args.score_only:
+        failed, trained_s = "", None
+        records = [score_fold(_run_dirs(runs, k, args.seeds), episodes=args.episodes) for k in folds]
+    elif args.parallel == 1:  # one run at a time: no Ray
         codes = {key: train(*argvs[key]) for key in jobs}
         if not (failed := _failed(codes, logs)):
             trained_s = time.perf_counter() - start
@@ -239,7 +257,8 @@ def main(argv: list[str] | None = None) -> int:
     plot(records, out / "walkforward.png", kind)
     mean = {n: sum(r["policies"][n]["pnl_usd_mean"] for r in records) / len(records) for n in (AGENT, *BASELINES)}
     print(text)
-    print(f"trained {len(jobs)} runs in {trained_s:.0f} s; {out}/walkforward.json, .md, .png")
+    made = "scored the runs already there" if trained_s is None else f"trained {len(jobs)} runs in {trained_s:.0f} s"
+    print(f"{made}; {out}/walkforward.json, .md, .png")
     k = sum(r["beats_best_baseline"] for r in records)
     print(LAST.format(n=len(records), s=args.seeds, k=k, train_on=args.train_on, **mean))
     return 0
