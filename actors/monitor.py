@@ -106,7 +106,7 @@ def _parse_lines(path: Path, data: bytes) -> tuple[list[dict], int]:
     for lineno, line in enumerate(data[:end].split(b"\n")[:-1], start=1):
         try:
             rec = json.loads(line)
-        except ValueError as err:
+        except (ValueError, RecursionError) as err:  # RecursionError: arrays nested thousands deep
             raise _damaged(path, lineno, f"not valid JSON ({err}); fix or delete that line") from None
         if not isinstance(rec, dict):
             raise DiagFileError(f"{path}:{lineno}: a diag line must be a JSON object, got {type(rec).__name__}")

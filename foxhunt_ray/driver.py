@@ -339,7 +339,8 @@ def read_config_file(path: str) -> tuple[dict[str, str], list[str]]:
     try:
         text = read_bounded(file, MAX_TEXT_BYTES).decode()  # a FIFO, /dev/zero: named, not read
         doc = tomllib.loads(text) if file.suffix == ".toml" else json.loads(text)
-    except (OSError, UnicodeDecodeError, ValueError) as err:  # JSONDecodeError and TOMLDecodeError are ValueErrors
+    # JSONDecodeError and TOMLDecodeError are ValueErrors; RecursionError: arrays nested thousands deep
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as err:
         raise UsageError(
             f"--config={path}: cannot read it ({type(err).__name__}: {err}); pass a TOML file (.toml) or a JSON file "
             "of RunConfig fields, e.g. [learner] lr = 3e-3"

@@ -13,6 +13,7 @@ from typing import Annotated
 
 from actors.config import MAX_ROLLOUT_WORKERS, ROLLOUT_WORKERS_WHY
 from actors.envs import EnvSpaces
+from actors.wire import MAX_COUNTER
 from foxhunt_ray.config import RunConfig
 from learner.config import NO_FAULTS, FaultInjection
 from lobsim_env.validation import Int, field_errors
@@ -26,8 +27,9 @@ class DriverConfig:
     """Learner updates: the run ends after update `steps` (a resumed run continues to it)."""
     rollout_workers: Annotated[int, Int(ge=1, le=MAX_ROLLOUT_WORKERS, why=ROLLOUT_WORKERS_WHY)] = 2
     """Rollout workers (Ray actors, or plain objects in serial mode); at most actors.config.MAX_ROLLOUT_WORKERS."""
-    fold: Annotated[int, Int(ge=0)] = 0
-    """Walk-forward fold; the run folder is <out>/<code_sha>/<name>/<fold>/."""
+    fold: Annotated[int, Int(ge=0, le=MAX_COUNTER, why="every rollout payload carries it: actors.wire.MAX_COUNTER")] = 0
+    """Walk-forward fold; the run folder is <out>/<code_sha>/<name>/<fold>/. At most 2**53: a payload of a larger
+    fold is refused (and one beyond 2**64 cannot be packed: a traceback, a run folder left behind)."""
     name: str = ""
     """The run's name, its folder below <code_sha> (--name, else preset-env-seed-start time:
     foxhunt_ray.run_folder.run_name). Empty in config.json of runs from before names (<out>/<code_sha>/<fold>/)."""

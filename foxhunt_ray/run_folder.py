@@ -282,7 +282,7 @@ def _read_config(run_dir: Path, missing_ok: bool) -> tuple[dict | None, str]:
         raise RunFolderError(f"{path} is unreadable ({err.strerror or err}); check its permissions") from None
     try:
         doc = json.loads(text)
-    except ValueError as err:
+    except (ValueError, RecursionError) as err:  # RecursionError: arrays nested thousands deep
         doc, why = None, f"not JSON: {err}"
     else:
         why = "" if isinstance(doc, dict) else f"a JSON {type(doc).__name__}, not an object"
@@ -369,7 +369,7 @@ def config_changes(run_dir: str | Path, text: str) -> list[str] | None:
         differs = f"config.json's hash differs from {CONFIG_HASH_FILE}"
     try:
         written = json.loads(read_run_file(written_path))
-    except (OSError, ValueError) as err:
+    except (OSError, ValueError, RecursionError) as err:
         return [f"({differs}, and {CONFIG_WRITTEN_FILE} is unreadable: {err})"]
     old, new = _flat(written), _flat(json.loads(text))
     missing = object()

@@ -226,6 +226,29 @@ def test_endless_or_huge_config_and_baseline_files_are_refused_by_name(finished,
     assert "Traceback" not in err and not (tmp_path / "runs").exists()
 
 
+def test_json_or_toml_nested_thousands_deep_is_refused_by_name(finished, tmp_path, capsys):
+    """A --config file, a run folder's config.json or a diag.jsonl line of arrays nested 200,000 deep: refused
+    as a file that does not parse, no traceback (before: RecursionError out of the parser, a traceback)."""
+    deep_json, deep_toml = tmp_path / "deep.json", tmp_path / "deep.toml"
+    deep_json.write_text("[" * 200_000 + "]" * 200_000)
+    deep_toml.write_text("a = " + "[" * 100_000 + "]" * 100_000)
+    out = str(tmp_path / "runs")
+    for path in (deep_json, deep_toml):
+        assert driver.main([*SMOKE, "--out", out, "--steps", "2", "--config", str(path)]) == 1
+        err = capsys.readouterr().err
+        assert f"--config={path}: cannot read it (RecursionError" in err and "Traceback" not in err
+    run_dir = copy_of(finished, tmp_path)
+    diag = run_dir / "diag.jsonl"
+    diag.write_bytes(diag.read_bytes() + b"[" * 200_000 + b"]" * 200_000 + b"\n")
+    with pytest.raises(ValueError, match=r"diag.jsonl:\d+: not valid JSON \(maximum recursion depth"):
+        read_diag(diag)
+    (run_dir / "config.json").write_text("[" * 200_000 + "]" * 200_000)
+    assert resume(run_dir, "--steps", "30") == 1
+    err = capsys.readouterr().err
+    assert "config.json" in err and "not JSON: maximum recursion depth" in err and "Traceback" not in err
+    assert not (tmp_path / "runs").exists()
+
+
 @pytest.mark.parametrize("name", ["config.json", "diag.jsonl"])
 def test_a_fifo_in_a_run_folder_is_named_by_resume_report_and_evaluate(finished, tmp_path, name, capsys):
     from foxhunt_ray import evaluate

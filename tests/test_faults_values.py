@@ -175,6 +175,14 @@ def test_rollout_workers_above_the_bound_are_refused_before_the_run_folder(tmp_p
     assert DriverConfig(rollout_workers=MAX_ROLLOUT_WORKERS).errors() == []
 
 
+def test_a_fold_no_payload_can_carry_is_refused_before_the_run_folder(tmp_path, capsys):
+    """--fold 99999999999999999999 (above 2**64): before, a run folder .../99999999999999999999 was made, then the
+    first payload's msgpack raised OverflowError with a traceback; a fold above 2**53 ran on refused payloads."""
+    err = _refused(tmp_path, capsys, "--fold", "99999999999999999999")
+    assert f"driver.fold=99999999999999999999 must be an int in 0..{2**53} (every rollout payload carries it" in err
+    assert DriverConfig(fold=2**53).errors() == []
+
+
 def test_a_horizon_above_the_bound_is_refused_before_anything_is_written(tmp_path, capsys):
     err = _refused(tmp_path, capsys, "--set", "market.horizon=1000000000000")
     assert f"market.horizon=1000000000000 must be an int in 1..{MAX_HORIZON} (2**24: time_left, a float32" in err
