@@ -1102,7 +1102,30 @@ def _run(plan: Plan, monitor, *, hook, after, restartable: bool = False) -> int:
             flush=True,
         )
         return code
-    return after(plan, code) if after is not None else code
+    return _after_the_run(plan, code, after) if after is not None else code
+
+
+def _after_the_run(plan: Plan, code: int, after: Callable[[Plan, int], int]) -> int:
+    """`after(plan, code)` (foxhunt_ray.local's held-out evaluation), which a Ctrl-C or SIGTERM ends with one line:
+    the run is whole by then, and the exit code stays the run's (before: a KeyboardInterrupt traceback, or SIGTERM's
+    default end, 143, with no word)."""
+    previous = _sigterm_as_interrupt()
+    try:
+        return after(plan, code)
+    except KeyboardInterrupt:
+        for sig in (signal.SIGINT, signal.SIGTERM):  # the rest of a burst, while this ends
+            signal.signal(sig, signal.SIG_IGN)
+        print(
+            f"\ninterrupted after the run, in what follows it: the run is whole in {plan.run_dir} (exit {code}); "
+            f"`python -m foxhunt_ray.evaluate {plan.run_dir}` evaluates it",
+            file=sys.stderr,
+            flush=True,
+        )
+        return code
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _end_in_error(plan: Plan, monitor, err: Exception) -> int:

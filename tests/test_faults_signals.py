@@ -232,3 +232,25 @@ def test_the_job_entry_ignores_the_late_signals_of_a_burst_as_local_does(monkeyp
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def test_a_stop_signal_during_what_follows_the_run_ends_it_with_one_line(tmp_path, capsys):
+    """Ctrl-C (or SIGTERM) while foxhunt_ray.local evaluates the finished run: one line saying the run is whole and
+    how to evaluate it, the run's exit code, no traceback (before: a KeyboardInterrupt traceback and exit by
+    SIGINT, or SIGTERM's default end, 143, with no word); the handlers are back afterwards. In-process, the
+    evaluation replaced by one that is interrupted, a run of 2 updates."""
+
+    def interrupted(plan, code):
+        if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):  # it would end the process with no word
+            raise AssertionError("SIGTERM has its default handler while the run's evaluation goes on")
+        signal.raise_signal(signal.SIGTERM)  # as `kill` would: SIGTERM, not a KeyboardInterrupt raised by hand
+        raise AssertionError("SIGTERM did not end the evaluation")
+
+    before = signal.getsignal(signal.SIGTERM)
+    flags = ["--preset", "smoke", "--serial", "--quiet", "--steps", "2", "--out", str(tmp_path / "runs")]
+    assert driver.main(flags, after=interrupted) == 0
+    err = capsys.readouterr().err
+    (run_dir,) = (tmp_path / "runs").glob("*/*/0")
+    assert f"interrupted after the run, in what follows it: the run is whole in {run_dir} (exit 0)" in err
+    assert "Traceback" not in err and json.loads((run_dir / "summary.json").read_text())["status"] == "done"
+    assert signal.getsignal(signal.SIGTERM) == before and signal.getsignal(signal.SIGINT) is signal.default_int_handler
