@@ -224,6 +224,10 @@ def test_the_bench_trains_every_seed_of_a_fold_and_prints_the_table_and_its_last
     assert doc["kind"] == "days" and [f["fold"] for f in doc["folds"]] == [2]
     assert [c["seed"] for c in doc["folds"][0]["checkpoints"]] == [0]
     assert (tmp_path / "walkforward.png").stat().st_size > 0 and (tmp_path / "walkforward.md").exists()
+    again = subprocess.run([*cmd, "--out", str(tmp_path), "--score-only"], cwd=ROOT, capture_output=True, text=True,
+                           timeout=120)  # fmt: skip
+    assert again.returncode == 0 and "scored the runs already there" in again.stdout, again.stderr[-2000:]
+    assert again.stdout.strip().splitlines()[-1] == lines[-1]  # the chosen checkpoints kept: the same figures
     bad = subprocess.run([*cmd[:4], "--folds", "1", "--out", str(tmp_path / "x")], cwd=ROOT, capture_output=True,
                          text=True, timeout=120)  # fmt: skip
     assert bad.returncode == 2 and "the folds with a validation period here are [2]" in bad.stderr
