@@ -3,7 +3,7 @@
 `write_atomic` writes a temporary file beside the target and renames it over; when the write fails (a full
 disk, a quota, a file-size limit) the temporary file is removed before the error goes on, so no `.tmp` is ever
 left. `disk_full` tells such an error apart from the others: the driver ends the run with one message for it
-(docs/faults.md). The monitor's append of diag.jsonl has its own rule (actors.monitor.Monitor._write: whole
+(docs/faults.md). The monitor's append of diag.jsonl has its own rule (actors.diag_file.DiagWriter.append: whole
 lines, cut back to the last one on a failed write).
 
 No write follows a symbolic link: a link planted in a run folder (run.lock, diag.jsonl, a `.tmp` name) would have

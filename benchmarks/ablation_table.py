@@ -25,8 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from actors.diag_file import DiagFileError, read_diag, step_records  # noqa: E402
 from actors.kill_rules import KillConfig, KillRules  # noqa: E402
-from actors.monitor import DiagFileError, read_diag, step_records  # noqa: E402
 from foxhunt_ray.run_folder import read_config_doc  # noqa: E402
 
 DEFAULT_STEPS = (250, 500, 750, 1000, 2000, 5000)

@@ -46,7 +46,7 @@ import ray  # noqa: E402
 import torch  # noqa: E402
 
 from actors import wire  # noqa: E402
-from actors.monitor import read_diag, step_records  # noqa: E402
+from actors.diag_file import read_diag, step_records  # noqa: E402
 from actors.rollout import RolloutWorker  # noqa: E402
 from foxhunt_ray import driver  # noqa: E402
 from foxhunt_ray.local import GPU_HOST_FREE_CORES  # noqa: E402

@@ -10,7 +10,7 @@ signal, a link planted mid-run, an actor killed or stopped. For each case the ba
 whether the output holds a Python traceback, whether it hung (the time limit ended it), its peak memory, whether
 the output says what the case expects (the value and the fix, a per-case list of substrings), and whether what was
 already written stays whole: a folder that must be left as it was is compared file by file; every run folder the
-case touched must read as before (diag.jsonl through actors.monitor.read_diag, each step once and in order; every
+case touched must read as before (diag.jsonl through actors.diag_file.read_diag, each step once and in order; every
 kept checkpoint through actors.checkpoints.read_checkpoint; summary.json as JSON; no `.tmp` left), and a file a
 planted link points at must keep its bytes. It prints a table, then
 
@@ -919,8 +919,8 @@ def whole(folder: Path) -> list[str]:
     """What is wrong with a run folder's written data: diag.jsonl not each step once in order (read_diag refuses a
     damaged one), a kept checkpoint that does not read, summary.json not JSON, a `.tmp` left."""
     from actors.checkpoints import list_checkpoints, read_checkpoint
+    from actors.diag_file import read_diag, step_records
     from actors.files import TMP_SUFFIX
-    from actors.monitor import read_diag, step_records
 
     logging.disable(logging.WARNING)  # read_diag's warning of a torn last line is the case's output, not ours
     wrong = []

@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     import ray
 
     from actors.checkpoints import list_checkpoints, read_checkpoint
-    from actors.monitor import read_diag, step_records
+    from actors.diag_file import read_diag, step_records
     from foxhunt_ray import driver
     from foxhunt_ray.loops import LEARNER_NAME
     from learner.config import LearnerConfig

@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from actors.checkpoints import list_checkpoints
+from actors.diag_file import DIAG_FILE, DiagFileError, load_baseline, read_diag, step_records
 from actors.envs import EnvSpaces, is_market, probe_env
 from actors.files import (
     MAX_DIAG_BYTES,
@@ -54,7 +55,7 @@ from actors.files import (
     write_atomic,
 )
 from actors.kill_rules import EXIT_ERROR, EXIT_OK
-from actors.monitor import DIAG_FILE, SUMMARY_FILE, DiagFileError, Monitor, load_baseline, read_diag, step_records
+from actors.monitor import SUMMARY_FILE, Monitor
 from foxhunt_ray import provenance, run_folder
 from foxhunt_ray.config import ConfigError, RunConfig, market_reward_scale, order_fee_usd
 from foxhunt_ray.loops import Hook, LearnerLost, Progress, StopSignals, run_ray, run_serial

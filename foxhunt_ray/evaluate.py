@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from actors.checkpoints import CheckpointError, checkpoint_path, latest_checkpoint, list_checkpoints, read_checkpoint
-from actors.monitor import DIAG_FILE, DiagFileError, read_diag
+from actors.diag_file import DIAG_FILE, DiagFileError, read_diag
 from foxhunt_ray import provenance
 from foxhunt_ray.config import RunConfig
 from foxhunt_ray.evaluations import (

@@ -42,9 +42,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from actors.diag_file import DIAG_FILE, DiagFileError, read_diag
 from actors.files import MAX_TEXT_BYTES, kind_of, read_bounded
 from actors.kill_rules import RULE_DUELING, RULE_NON_FINITE, RULE_PNL, RULE_QPA, KillConfig
-from actors.monitor import DIAG_FILE, SUMMARY_FILE, DiagFileError, read_diag
+from actors.monitor import SUMMARY_FILE
 from foxhunt_ray.evaluations import (
     LOBSTER,
     SYNTHETIC,

@@ -46,6 +46,7 @@ from actors.checkpoints import (
     load_problem,
     read_checkpoint,
 )
+from actors.diag_file import DIAG_FILE
 from actors.files import (
     MAX_TEXT_BYTES,
     RunFileError,
@@ -54,7 +55,7 @@ from actors.files import (
     read_bounded,
     write_atomic,
 )
-from actors.monitor import DIAG_FILE, SUMMARY_FILE
+from actors.monitor import SUMMARY_FILE
 from foxhunt_ray.config import RunConfig, from_dict
 from foxhunt_ray.plan import DriverConfig
 from learner.config import RETIRED_FIELDS, FaultInjection, LearnerConfig, config_differences

@@ -47,8 +47,9 @@ import time
 from pathlib import Path, PurePosixPath
 
 from actors.checkpoints import CHECKPOINT_DIR, KEEP_CHECKPOINTS, Checkpoint, write_checkpoint
+from actors.diag_file import DIAG_FILE
 from actors.files import MAX_TEXT_BYTES, TMP_SUFFIX, read_bounded, write_atomic
-from actors.monitor import DIAG_FILE, SUMMARY_FILE
+from actors.monitor import SUMMARY_FILE
 from foxhunt_ray.run_folder import CONFIG_FILE, LOCK_FILE, RunFolderError, RunLock, read_config_doc
 from lobsim_env.validation import InputError
 

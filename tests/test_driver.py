@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from actors.checkpoints import list_checkpoints
-from actors.monitor import read_diag, step_records
+from actors.diag_file import read_diag, step_records
 from foxhunt_ray import driver, provenance
 
 SMOKE = ["--preset", "smoke", "--quiet", "--checkpoint-interval-s", "0"]

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from actors.checkpoints import list_checkpoints
-from actors.monitor import DiagFileError, read_diag, step_records
+from actors.diag_file import DiagFileError, read_diag, step_records
 from foxhunt_ray import driver, evaluate, report
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -309,7 +309,7 @@ def fill_disk_at(monkeypatch, *, diag_step: int | None = None, checkpoint_step: 
         return real_atomic(path, data, **kw)
 
     real_atomic = mon.write_atomic
-    monkeypatch.setattr(mon.os, "write", write)  # the monitor's own os module is os: undone after the test
+    monkeypatch.setattr(os, "write", write)  # diag.jsonl's writer (actors.diag_file) calls os.write: undone after
     monkeypatch.setattr(lw.torch, "save", save)
     monkeypatch.setattr(mon, "write_atomic", atomic)
 

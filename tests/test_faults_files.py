@@ -18,9 +18,10 @@ import pytest
 
 from actors import files
 from actors.checkpoints import CheckpointError, list_checkpoints, read_checkpoint
+from actors.diag_file import read_diag
 from actors.files import MAX_DIAG_BYTES, MAX_TEXT_BYTES, RunFileError, read_bounded, write_atomic
 from actors.kill_rules import KillConfig
-from actors.monitor import Monitor, read_diag
+from actors.monitor import Monitor
 from foxhunt_ray import driver, report, storage
 from foxhunt_ray.run_folder import RunLock, config_changes
 from foxhunt_ray.storage import OWNER_FILE
@@ -218,7 +219,7 @@ def test_endless_or_huge_config_and_baseline_files_are_refused_by_name(finished,
         assert driver.main([*SMOKE, "--out", out, "--steps", "2", "--baseline", str(fifo)]) == 1
         err = capsys.readouterr().err
         assert f"--baseline={fifo}: diag file {fifo} is a FIFO (named pipe), not a regular file" in err
-    monkeypatch.setattr("actors.monitor.MAX_DIAG_BYTES", 1000)  # the bound of a diag.jsonl, lowered to test it
+    monkeypatch.setattr("actors.diag_file.MAX_DIAG_BYTES", 1000)  # the bound of a diag.jsonl, lowered to test it
     size = (finished / "diag.jsonl").stat().st_size
     assert driver.main([*SMOKE, "--out", out, "--steps", "2", "--baseline", str(finished)]) == 1
     err = capsys.readouterr().err

@@ -14,8 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from actors.diag_file import read_diag, step_records
 from actors.kill_rules import EXIT_KILLED, EXIT_OK, KillConfig
-from actors.monitor import Monitor, read_diag, step_records
+from actors.monitor import Monitor
 from foxhunt_ray import driver, local, report
 from foxhunt_ray.loops import Progress
 from foxhunt_ray.plan import DriverConfig

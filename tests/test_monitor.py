@@ -1,5 +1,5 @@
-"""actors.monitor + actors.kill_rules: one line per step, resume and tail repair, each kill rule fired by a
-crafted diag sequence, summary.json, and Ray gauges that stay out of the way without Ray."""
+"""actors.monitor + actors.diag_file + actors.kill_rules: one line per step, resume and tail repair, each kill rule
+fired by a crafted diag sequence, summary.json, and Ray gauges that stay out of the way without Ray."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ import re
 
 import pytest
 
+from actors.diag_file import DiagFileError, load_baseline, read_diag, step_records
 from actors.kill_rules import EXIT_KILLED, EXIT_OK, KillConfig, KillRules
-from actors.monitor import GAUGE_NAMES, DiagFileError, Monitor, RayGauges, load_baseline, read_diag, step_records
+from actors.monitor import GAUGE_NAMES, Monitor, RayGauges
 
 STAMP = {"code_sha": "abc123", "preset": "smoke", "fold": 0}
 KILL = KillConfig(qpa_warmup_steps=3, qpa_ema_decay=0.5)

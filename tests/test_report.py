@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from actors.monitor import read_diag, step_records
+from actors.diag_file import read_diag, step_records
 from foxhunt_ray import driver, report
 from foxhunt_ray.report import MISSING, TABLE_KEYS, format_value, load_run, runs_table, table_rows, write_report
 
