@@ -134,6 +134,13 @@ def local(*args: str) -> list[str]:
     return ["-m", "foxhunt_ray.local", *args]
 
 
+def load_export(folder: Path) -> list[str]:
+    """foxhunt_ray.export.load(folder), a Python API: its refusal (EvaluationError) printed, exit 1."""
+    return ["-c", "from foxhunt_ray import export, evaluate\ntry:\n"
+            f"    export.load({str(folder)!r})\nexcept evaluate.EvaluationError as err:\n"
+            "    print('refused:', err)\n    raise SystemExit(1)\n"]
+
+
 def serial(ctx: Ctx, *args: str, steps: int = 30) -> list[str]:
     """A resume of the case's run copy, serial, no evaluation."""
     return local("--serial", "--quiet", "--no-eval", "--resume", str(ctx.run), "--steps", str(steps), *args)
@@ -570,13 +577,12 @@ def cases() -> list[Case]:
                                                       str(x.t / "e")], (1,), ("FIFO",), ckpt_edit(fifo_ckpt),
              folder=untouched))
     add(Case("export_manifest_dev_zero", "endless",
-             lambda x: ["-c", f"from foxhunt_ray import export; export.load({str(x.t / 'e')!r})"], (1,),
-             ("policy.json", "not a regular file"),
+             lambda x: load_export(x.t / "e"), (1,), ("refused:", "policy.json", "not a regular file"),
              lambda x: (x.t / "e").mkdir() or x.plant_link(x.t / "e" / "policy.json", Path("/dev/zero")), folder="",
              note="export.load (Python API) of a folder whose policy.json is /dev/zero"))
     add(Case("export_manifest_fifo", "endless",
-             lambda x: ["-c", f"from foxhunt_ray import export; export.load({str(x.t / 'e')!r})"], (1,),
-             ("policy.json", "FIFO"), lambda x: (x.t / "e").mkdir() or x.fifo(x.t / "e" / "policy.json"), folder=""))
+             lambda x: load_export(x.t / "e"), (1,), ("refused:", "policy.json", "FIFO"),
+             lambda x: (x.t / "e").mkdir() or x.fifo(x.t / "e" / "policy.json"), folder=""))
 
     # -- a damaged diag.jsonl: resume, report, evaluate
     for slug, edit, says in (("duplicate", duplicate_step, "a duplicated or out-of-order step"),
