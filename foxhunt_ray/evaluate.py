@@ -56,6 +56,7 @@ from learner.network import (
     main_net,
     obs_norm_problem,
     policy_from_weights,
+    policy_weights,
 )
 from lobsim_env import ENV_ID, LobVectorEnv, MarketConfig, seeds
 from lobsim_env.baselines import NEEDS_LATENT_REGIME, POLICIES, REAL_DAY_POLICIES, Policy, run_episodes, tune_quoting
@@ -276,15 +277,7 @@ def networks_from_flat(
     with torch.no_grad():
         flat.copy_(saved)
     net.eval()
-    policy = policy_from_weights(
-        {
-            "obs_dim": obs_dim,
-            "n_actions": n_actions,
-            "hidden_dim": cfg.hidden_dim,
-            "encoder_layers": cfg.encoder_layers,
-            "state": {k: v for k, v in net.state_dict().items() if k.startswith(("encoder.", "pi."))},
-        }
-    ).eval()
+    policy = policy_from_weights(policy_weights(net, cfg, obs_dim, n_actions)).eval()
     return net, policy
 
 

@@ -32,6 +32,7 @@ from learner import diag as D
 from learner import graph as G
 from learner import losses as L
 from learner import minibatch as M
+from learner import network as N
 from learner.config import NO_FAULTS, FaultInjection, LearnerConfig
 from learner.minibatch import Pending
 from learner.network import DuelingQHead, MainNet, main_net
@@ -394,18 +395,9 @@ class Learner:
 
     # ------------------------------------------------------------------ acting and checkpoints
     def policy_weights(self) -> dict:
-        """What a rollout actor needs: PolicyNet sizes, encoder + pi state on CPU, and the policy version."""
-        state = {
-            k: v.detach().cpu().clone() for k, v in self.net.state_dict().items() if k.startswith(("encoder.", "pi."))
-        }
-        return {
-            "version": self.step,
-            "obs_dim": self.obs_dim,
-            "n_actions": self.n_actions,
-            "hidden_dim": self.cfg.hidden_dim,
-            "encoder_layers": self.cfg.encoder_layers,
-            "state": state,
-        }
+        """What a rollout actor needs (learner.network.policy_weights): PolicyNet sizes, encoder + pi state on CPU,
+        and the policy version, this learner's step."""
+        return N.policy_weights(self.net, self.cfg, self.obs_dim, self.n_actions, version=self.step)
 
     def state_dict(self) -> dict:
         """Everything to resume bit-exactly; only tensors, numbers, strings, dicts, lists (weights_only). The

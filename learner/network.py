@@ -417,8 +417,27 @@ def group_slices(module: nn.Module, groups: tuple[str, ...]) -> dict[str, slice]
     return out
 
 
+POLICY_PREFIXES = ("encoder.", "pi.")
+"""The MainNet state entries a PolicyNet holds: the encoder and the policy head."""
+
+
+def policy_weights(net: MainNet, cfg: LearnerConfig, obs_dim: int, n_actions: int, *, version: int = 0) -> dict:
+    """The policy-weights dict, the one format of a policy that travels (what Learner.policy_weights hands the
+    rollout actors, what an evaluation builds its greedy policy from; policy_from_weights reads it): the PolicyNet's
+    sizes, `net`'s encoder + pi state copied to the CPU, and the policy version (the learner step of the weights)."""
+    state = {k: v.detach().cpu().clone() for k, v in net.state_dict().items() if k.startswith(POLICY_PREFIXES)}
+    return {
+        "version": version,
+        "obs_dim": obs_dim,
+        "n_actions": n_actions,
+        "hidden_dim": cfg.hidden_dim,
+        "encoder_layers": cfg.encoder_layers,
+        "state": state,
+    }
+
+
 def policy_from_weights(weights: dict) -> PolicyNet:
-    """Builds a PolicyNet from Learner.policy_weights() and loads its state strictly."""
+    """Builds a PolicyNet from a policy_weights dict (Learner.policy_weights()) and loads its state strictly."""
     missing = [k for k in ("obs_dim", "n_actions", "hidden_dim", "encoder_layers", "state") if k not in weights]
     if missing:
         raise ValueError(f"policy weights lack {missing}; pass what Learner.policy_weights() returns")
