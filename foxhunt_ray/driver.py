@@ -58,7 +58,8 @@ from actors.kill_rules import EXIT_ERROR, EXIT_OK
 from actors.monitor import SUMMARY_FILE, Monitor
 from foxhunt_ray import provenance, run_folder
 from foxhunt_ray.config import ConfigError, RunConfig, market_reward_scale, order_fee_usd
-from foxhunt_ray.loops import Hook, LearnerLost, Progress, StopSignals, run_ray, run_serial
+from foxhunt_ray.loops import Hook, LearnerLost, Progress, StopSignals, run_serial
+from foxhunt_ray.ray_loop import run_ray
 from foxhunt_ray.plan import DriverConfig, Plan
 from foxhunt_ray.presets import PRESET_NAMES, SETTINGS, SIZING_NAMES, SIZINGS, name_errors, run_preset, with_overrides
 from foxhunt_ray.run_folder import (
