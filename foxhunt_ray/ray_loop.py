@@ -383,11 +383,11 @@ class _Drive:
         import ray
 
         drv, sched, monitor = self.plan.driver, self.schedule, self.monitor
+        answer = ray.get(done)  # ready: this does not block (a dead monitor's raises: the call stays held)
         sched.calls.pop(0)
         self.call_sent.pop(done, None)
         self.learner_done.pop(done, None)
         self.learner_answered, self.monitor_free_at = True, t1
-        answer = ray.get(done)  # ready: this does not block
         self.seconds["answers"] += 1
         sched.learner_step = answer["step"]
         for why in answer["lost"]:  # a sample lost with its rollout actor: no step

@@ -535,8 +535,9 @@ def continue_later(pid_file: Path, after_s: float) -> threading.Timer:
 
 
 def monitor_that_dies(at_call: int):
-    """A RayMonitor whose process is killed (SIGKILL, as `kill -9` or the OOM killer) at its `at_call`-th
-    record_update, before recording it."""
+    """A RayMonitor whose process is killed (SIGKILL, as `kill -9` or the OOM killer) 0.3 s after it answered its
+    `at_call`-th record_update, between calls, as a kill from outside lands: the call it then fails is one whose
+    learner answer it never recorded."""
     from foxhunt_ray.monitor_actor import RayMonitor
 
     class DyingMonitor(RayMonitor):
@@ -545,7 +546,7 @@ def monitor_that_dies(at_call: int):
         def record_update(self, answer):
             self.calls += 1
             if self.calls == at_call:
-                os.kill(os.getpid(), signal.SIGKILL)
+                threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGKILL)).start()
             return super().record_update(answer)
 
     return DyingMonitor
@@ -558,8 +559,10 @@ def test_ray_stopped_monitor_actor_is_named_and_the_run_ends_whole(tmp_path, ray
     of the learner (not killed, no restart), exit 1, summary 'error' at the last line of diag.jsonl, which holds
     every step 1..N once (N past the stopped call: the driver recorded what the learner had answered), the newest
     checkpoint at N and loadable; a resume (serial) goes on from it to N + 5. A monitor actor killed outright
-    (kill -9) at its 6th call ends the same way, its lines saying it died (before: the driver's error path
-    asked the dead actor for summary.json: a RayActorError traceback, no summary.json, no final checkpoint)."""
+    (kill -9) after its 6th call ends the same way, its lines saying it died, the learner's answer of the call it
+    failed recorded too (before: the driver's error path asked the dead actor for summary.json: a RayActorError
+    traceback, no summary.json, no final checkpoint; then, taken over, that answer was dropped: a gap of steps and
+    the driver's own monitor refusing the next one with a traceback)."""
     pid_file = tmp_path / "monitor.pid"
     made = monitor_that_stops_itself(6, pid_file) if fault == "stops" else monitor_that_dies(6)
     monkeypatch.setattr(remote, "RayMonitor", made)
