@@ -20,6 +20,7 @@ from typing import Annotated, Any
 from actors.config import RolloutConfig
 from actors.envs import is_market
 from actors.kill_rules import KillConfig
+from foxhunt_ray.flags import Flag
 from learner.config import LearnerConfig
 from lobsim_env import ENV_ID
 from lobsim_env.config import MarketConfig
@@ -66,10 +67,14 @@ class RunConfig:
     """Name of the sizing (widths, batch shapes) the preset was built with: 'gpu', 'cpu' or 'smoke'
     (foxhunt_ray.presets.SIZINGS); a label, the values are the learner's and rollout's fields. None: not
     recorded."""
-    seed: Annotated[int, Int(ge=0)] = 0
+    seed: Annotated[int, Int(ge=0), Flag("base seed")] = 0
     """Base seed: rollout worker w of B books seeds its book i with seed + w*B + i (lobsim_env.seeds); the learner uses
     seed."""
-    env_id: str = ENV_ID
+    env_id: Annotated[str, Flag(
+        "Gymnasium env id (default {default}, the market): any registered id with a 1-D Box observation and a "
+        "Discrete action space, e.g. CartPole-v1; 'module:Id' imports module first",
+        metavar="ID",
+    )] = ENV_ID
     """Gymnasium id the rollout workers step: the market (configured by `market`) or any registered id with a
     1-D Box observation and a Discrete action space; 'module:Id' imports module first (docs/running.md)."""
     env_kwargs: dict[str, Any] = field(default_factory=dict)
