@@ -30,45 +30,30 @@ from pathlib import Path
 from foxhunt_ray import driver
 from foxhunt_ray.config import ConfigError, RunConfig, apply_overrides
 
-LOCAL_DEFAULTS = driver.EntryDefaults(
-    preset="phase4_3", sizing="auto", steps=6_000, time_limit_s=900.0, rollout_workers=1,
-    steps_with_a_time_limit=1_000_000,
-)
-"""What `python -m foxhunt_ray.local` does with no flags on a machine without a GPU, each chosen by measurement
-(BENCHMARKS.md, "Learning on the synthetic market"): phase4_3 (the seed's last design, ahead of plan_a_v2 in the
-sweep), one rollout worker (on 2 cores a second one competes with the learner), and a budget of updates, so that
-what the agent learns does not hang on how busy the machine is: 6,000 updates (about 4 minutes of a 2-core box),
-then the held-out evaluation. 900 s of training is only a cap: a run that reaches it first says that it trained too
-little to be judged (`undertrained`). `--steps N` alone runs N updates with no cap; `--time-limit-s S` alone trains
-for S seconds. On a GPU host: `host_defaults`."""
-
-GPU_HOST_STEPS = 20_000
-"""A GPU host's update budget with no flags: what its 150-s runs made (20,312-21,512 updates) for 0.88-0.90 of the
-oracle (BENCHMARKS.md, "Learning on the synthetic market"), about 2.5 minutes there."""
+LOCAL_DEFAULTS = driver.ENTRY_DEFAULTS["local"]
+"""What `python -m foxhunt_ray.local` does with no flags on a machine without a GPU (its row of the entry points'
+table, foxhunt_ray.cli.ENTRY_DEFAULTS), each chosen by measurement (BENCHMARKS.md, "Learning on the synthetic
+market"): phase4_3 (the seed's last design, ahead of plan_a_v2 in the sweep), one rollout worker (on 2 cores a second
+one competes with the learner), and a budget of updates, so that what the agent learns does not hang on how busy the
+machine is: 6,000 updates (about 4 minutes of a 2-core box), then the held-out evaluation. 900 s of training is only
+a cap: a run that reaches it first says that it trained too little to be judged (`undertrained`). `--steps N` alone
+runs N updates with no cap; `--time-limit-s S` alone trains for S seconds. On a GPU host: `host_defaults`."""
 
 GPU_HOST_FREE_CORES = 5
 """Cores a GPU host keeps for the learner actor, the driver, the monitor and Ray's own processes: 11 rollout workers
 on 16 cores, what every GPU-host figure in BENCHMARKS.md with rollout policies on the GPU ran; twelve are not
 measured."""
 
-GPU_HOST_PAYLOADS_WAITING = 3
-"""Payloads a GPU host's rollout workers may have waiting for the learner: fewer waiting payloads hold the policy
-lag down, and with 3 rather than 12 the agent learned more in the same time (BENCHMARKS.md, "The system on one GPU
-host", which gives the lags measured)."""
-
 
 def host_defaults(cuda: bool, cores: int, serial: bool) -> driver.EntryDefaults:
-    """LOCAL_DEFAULTS for this machine. With a CUDA device (and not --serial), the system of one GPU host: sizing
-    auto gives 'gpu_host', GPU_HOST_STEPS updates, one rollout worker per core but GPU_HOST_FREE_CORES (11 on 16
-    cores), and GPU_HOST_PAYLOADS_WAITING payloads waiting at most."""
+    """LOCAL_DEFAULTS for this machine. With a CUDA device (and not --serial), the system of one GPU host (the
+    table's row "local_gpu_host": sizing auto gives 'gpu_host', 20,000 updates, 3 payloads waiting at most) with one
+    rollout worker per core but GPU_HOST_FREE_CORES (11 on 16 cores)."""
     if not cuda or serial:
         return LOCAL_DEFAULTS
-    return dataclasses.replace(
-        LOCAL_DEFAULTS,
-        steps=GPU_HOST_STEPS,
-        rollout_workers=max(1, cores - GPU_HOST_FREE_CORES),
-        max_payloads_waiting=GPU_HOST_PAYLOADS_WAITING,
-    )
+    host = driver.ENTRY_DEFAULTS["local_gpu_host"]
+    workers = max(1, cores - GPU_HOST_FREE_CORES)
+    return dataclasses.replace(host, driver={**host.driver, "rollout_workers": workers})
 
 
 LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
