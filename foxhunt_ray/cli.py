@@ -47,6 +47,8 @@ class EntryDefaults:
     steps_with_a_time_limit: int | None = None
     """The steps left out and a time limit given (None: the entry's steps): a budget of time asked for runs as long
     as it says."""
+    with_data: Mapping[str, Any] = field(default_factory=dict)
+    """DriverConfig fields this entry point defaults otherwise for a run on real days (--data), by name."""
 
     def __getattr__(self, name: str) -> Any:
         own = self.__dict__.get("driver")
@@ -68,6 +70,7 @@ ENTRY_DEFAULTS: dict[str, EntryDefaults] = {
         sizing="auto",
         driver={"steps": 6_000, "time_limit_s": 900.0, "rollout_workers": 1},
         steps_with_a_time_limit=1_000_000,
+        with_data={"keep_checkpoints": 0},  # every checkpoint: the fold's validation period picks one
     ),
     # ... on a GPU host (foxhunt_ray.local.host_defaults, which sets its rollout workers by its cores): 20,000 updates,
     # what its 150-s runs made (0.88-0.90 of the oracle), and 3 payloads waiting at most, not 12: a smaller policy
@@ -77,6 +80,7 @@ ENTRY_DEFAULTS: dict[str, EntryDefaults] = {
         sizing="auto",
         driver={"steps": 20_000, "time_limit_s": 900.0, "rollout_workers": 1, "max_payloads_waiting": 3},
         steps_with_a_time_limit=1_000_000,
+        with_data={"keep_checkpoints": 0},
     ),
 }
 """The entry points' defaults, the only thing in which they differ."""
@@ -110,11 +114,13 @@ def resumable_flags() -> list[str]:
 
 
 def _driver_texts(d: EntryDefaults) -> dict[str, str]:
-    """The --help defaults that an entry point's rule makes: its steps with a time limit, its budget of time."""
+    """The --help defaults that an entry point's rules make: its steps with a time limit, its budget of time, its
+    defaults on real days."""
     steps = shown(d.steps) + (f"; {shown(d.steps_with_a_time_limit)} with --time-limit-s" * bool(
         d.steps_with_a_time_limit))  # fmt: skip
     budget = f"{d.time_limit_s:g} s when --steps is left out, else none" if d.time_limit_s else "none"
-    return {"steps": steps, "time_limit_s": budget}
+    on_data = {name: f"{shown(getattr(d, name))}; {shown(v)} with --data" for name, v in d.with_data.items()}
+    return {"steps": steps, "time_limit_s": budget, **on_data}
 
 
 def parse_args(

@@ -1,12 +1,16 @@
 """The driver shared by `python -m foxhunt_ray.local` and `python -m foxhunt_ray.job`.
 
+Its command line is foxhunt_ray.cli (the flags made from the config fields, the entry points' defaults); a new
+run's Plan is resolved by foxhunt_ray.resolve, a resume's by foxhunt_ray.resume; this module opens the run folder,
+runs the run and ends it.
+
 It resolves the preset and the `--set` overrides into one RunConfig, validates it (every bad value at once, the
 env's too: `--env-id` must name a registered Gymnasium env with a 1-D Box observation and a Discrete action
 space, whose spaces size the learner; actors.envs.probe_env),
 stamps the code (foxhunt_ray.provenance) and refuses a mismatch with `--expect-code-sha`, creates the run folder
 `<out>/<code_sha>/<name>/<fold>/` (the name: `--name`, else preset, env, seed and start time;
 foxhunt_ray.run_folder) with config.json, diag.jsonl, summary.json and checkpoints/, points `<out>/latest` at it,
-and runs the roles (foxhunt_ray.loops):
+and runs the roles (foxhunt_ray.loops, foxhunt_ray.ray_loop):
 
 - serial (`--serial`): rollout workers, the learner worker and the monitor in this process, no Ray;
 - Ray: rollout actors, the learner actor and the monitor actor (foxhunt_ray.remote), driven with `ray.wait`;

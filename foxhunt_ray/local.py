@@ -112,8 +112,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: --eval-episodes={mine.eval_episodes} must be >= 1", file=sys.stderr)
         return 1
     after = None if mine.no_eval else functools.partial(evaluate_and_suggest, episodes=mine.eval_episodes)
-    if "--data" in rest and not any(a.startswith("--keep-checkpoints") for a in rest):
-        rest = [*rest, "--keep-checkpoints", "0"]  # every checkpoint: the fold's validation period picks one
     prog = "python -m foxhunt_ray.local"
     import torch
 

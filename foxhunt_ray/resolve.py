@@ -184,14 +184,15 @@ def drive_config(
         if (why := check_root(asked["storage"], write=not getattr(args, "print_config", False))) is not None:
             errs.append(why)
         asked["storage"] = root_of(asked["storage"])
-    driver = DriverConfig(**{**entry_driver(entry, asked), **asked})
+    driver = DriverConfig(**{**entry_driver(entry, asked, choice.fold is not None), **asked})
     return driver, errs + driver.errors()
 
 
-def entry_driver(entry: EntryDefaults, asked: dict) -> dict:
-    """The entry point's defaults of the DriverConfig fields: its budget of time only when the steps are not asked
-    for (a run given its steps has none unless asked), and its steps_with_a_time_limit when a time limit is."""
-    out = dict(entry.driver)
+def entry_driver(entry: EntryDefaults, asked: dict, on_data: bool = False) -> dict:
+    """The entry point's defaults of the DriverConfig fields (`on_data`: a run on real days, with its with_data):
+    its budget of time only when the steps are not asked for (a run given its steps has none unless asked), and its
+    steps_with_a_time_limit when a time limit is."""
+    out = {**entry.driver, **(entry.with_data if on_data else {})}
     if "steps" in asked:
         out.pop("time_limit_s", None)
     elif "time_limit_s" in asked and entry.steps_with_a_time_limit is not None:

@@ -76,6 +76,16 @@ def test_max_payloads_waiting_is_one_field_with_the_entry_points_defaults_in_one
     assert "driver.max_payloads_waiting" in err
 
 
+def test_an_entry_points_row_gives_its_defaults_and_what_is_asked_wins():
+    local = cli.ENTRY_DEFAULTS["local"]
+    assert resolve.entry_driver(local, {}) == {"steps": 6_000, "time_limit_s": 900.0, "rollout_workers": 1}
+    assert "time_limit_s" not in resolve.entry_driver(local, {"steps": 50})  # a run given its steps: no budget
+    assert resolve.entry_driver(local, {"time_limit_s": 60.0})["steps"] == 1_000_000  # the time is the budget
+    assert resolve.entry_driver(local, {}, on_data=True)["keep_checkpoints"] == 0  # real days: every checkpoint
+    assert "keep_checkpoints" not in resolve.entry_driver(cli.ENTRY_DEFAULTS["job"], {}, on_data=True)
+    assert cli._driver_texts(local)["keep_checkpoints"] == "2; 0 with --data"  # its --help default
+
+
 def test_a_resume_refuses_a_driver_set_and_names_the_flags_it_takes(tmp_path, capsys):
     assert driver.main([*SMOKE, "--out", str(tmp_path / "a"), "--steps", "3"]) == 0
     (run_dir,) = (tmp_path / "a").glob("*/*/0")
