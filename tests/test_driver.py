@@ -250,10 +250,10 @@ def test_ray_learner_calls_take_at_most_max_payloads_per_call(tmp_path, ray_loca
     """--max-payloads-per-call caps the payloads a learner call trains on (diag call_payloads), oldest first; the
     payloads left over go in the next call, so no step is lost or repeated. Three rollout actors and a window of 64
     payloads let several be ready at once, which an uncapped call would take together."""
-    flags = ("--steps", "90", "--rollout-workers", "3", "--max-payloads-waiting", "64", "--max-payloads-per-call", "1")
+    flags = ("--steps", "45", "--rollout-workers", "3", "--max-payloads-waiting", "64", "--max-payloads-per-call", "1")
     code, run_dir = run(tmp_path, *flags, serial=False)
     assert code == 0
-    steps = assert_steps(run_dir, 90)
+    steps = assert_steps(run_dir, 45)
     assert {r["call_payloads"] for r in steps} == {1}
     assert json.loads((run_dir / "config.json").read_text())["driver"]["max_payloads_per_call"] == 1
 
@@ -331,11 +331,11 @@ def test_ray_max_payloads_ahead_bounds_the_samples_in_flight_or_waiting(tmp_path
     spans_dir = tmp_path / "spans"
     spans_dir.mkdir()
     monkeypatch.setattr(remote, "RolloutWorker", _interval_recording_worker(spans_dir))
-    flags = ("--steps", "60", "--rollout-workers", "3", "--max-payloads-waiting", "64", "--max-payloads-ahead", "1")
+    flags = ("--steps", "30", "--rollout-workers", "3", "--max-payloads-waiting", "64", "--max-payloads-ahead", "1")
     code, run_dir = run(tmp_path, *flags, serial=False)
     monkeypatch.undo()
     assert code == 0
-    steps = assert_steps(run_dir, 60)
+    steps = assert_steps(run_dir, 30)
     assert {r["worker_index"] for r in steps} == {0, 1, 2}
     spans = sorted(tuple(map(float, x.split())) for f in spans_dir.iterdir() for x in f.read_text().splitlines())
     assert len(spans) >= 6
@@ -417,17 +417,17 @@ def test_ray_rollout_actor_killed_mid_run_is_restarted(tmp_path, ray_local):
     killed = []
 
     def kill_worker_0(step, workers):
-        if step >= 40 and not killed:
+        if step >= 30 and not killed:
             ray_local.kill(workers[0], no_restart=False)
             killed.append(step)
             # hold the driver until Ray has restarted the actor (a call on a restarting actor waits for it):
             # otherwise worker 1 alone can finish the run while worker 0's process still starts on 2 busy cores
             ray_local.get(workers[0].get_spaces.remote(), timeout=120)
 
-    code, run_dir = run(tmp_path, "--steps", "160", serial=False, hook=kill_worker_0)
-    assert code == 0 and len(killed) == 1 and 40 <= killed[0] <= 45
-    steps = assert_steps(run_dir, 160)
-    assert any(r["worker_index"] == 0 for r in steps[60:])  # the restarted worker 0 delivers again
+    code, run_dir = run(tmp_path, "--steps", "100", serial=False, hook=kill_worker_0)
+    assert code == 0 and len(killed) == 1 and 30 <= killed[0] <= 35
+    steps = assert_steps(run_dir, 100)
+    assert any(r["worker_index"] == 0 for r in steps[50:])  # the restarted worker 0 delivers again
 
 
 def test_ray_learner_actor_killed_mid_run_is_replaced_from_its_checkpoint(tmp_path, ray_local, capsys):
