@@ -65,7 +65,7 @@ def test_a_run_on_real_days_trains_before_its_validation_day_and_evaluates_on_th
     # the validation day (every checkpoint kept for it), the table, the record
     assert "walk-forward scoring of fold 2 (4 windows; the checkpoint picked on test/L2X/2024-08-09)" in out
     assert "Walk-forward, folds of days" in out
-    assert re.search(r"\| 2 \| test/L2X/2024-08-10 \| \S+-tick \([\d.]+\) \| 1 \|", out)
+    assert re.search(r"\| 2 \| real \| test/L2X/2024-08-10 \| \S+-tick \([\d.]+\) \| 1 \|", out)
     assert config["driver"]["keep_checkpoints"] == 0
     days = "test/L2X/2024-08-08,test/L2X/2024-08-09,test/L2X/2024-08-10"
     data = f"--data {two_dates.resolve()} --days {days} --set market.horizon=40"
