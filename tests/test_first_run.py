@@ -265,11 +265,11 @@ def test_resume_to_steps_already_trained_says_so_and_changes_nothing(tmp_path, c
                        str(tmp_path / "budget")])  # fmt: skip
     budget = next((tmp_path / "budget").glob("*/*/0"))
     reached = json.loads((budget / "summary.json").read_text())["step"]
-    assert code == EXIT_OK and reached > 10
+    assert code == EXIT_OK and reached >= 1  # how many a second makes is the machine's business
     capsys.readouterr()
-    assert local.main(["--resume", str(budget), "--steps", "10", "--serial", "--quiet", "--no-eval"]) == 1
+    assert local.main(["--resume", str(budget), "--steps", str(reached), "--serial", "--quiet", "--no-eval"]) == 1
     err = capsys.readouterr().err
-    assert f"is done at update {reached} (summary.json), and --steps 10 ends the run there" in err, err
+    assert f"is done at update {reached} (summary.json), and --steps {reached} ends the run there" in err, err
     assert (
         "or leave --steps out to go on towards the run's own 1,000,000 updates (for at most another 1 s of training: "
         "--time-limit-s S sets another budget)"
