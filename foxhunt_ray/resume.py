@@ -146,12 +146,21 @@ def _nothing_to_train(run_dir: Path, state: str, reached: int, args, driver: Dri
 
 
 def _ended(run_dir: Path, status: str) -> dict | None:
-    """The run's summary.json when it ended with `status` ('done', 'killed') at a whole step; None otherwise (or
-    when the file says nothing)."""
+    """The run's summary.json when it ended with `status` ('done', 'killed') at a whole step; None otherwise (no
+    summary.json: a run that crashed, or never reached its first record). UsageError for one that cannot be read:
+    it is what says a run was killed, and a resume passing over it would train past the kill."""
+    path = run_dir / SUMMARY_FILE
     try:
-        summary = json.loads(read_bounded(run_dir / SUMMARY_FILE, MAX_TEXT_BYTES))
-    except (OSError, ValueError):
+        summary = json.loads(read_bounded(path, MAX_TEXT_BYTES))
+    except FileNotFoundError:
         return None
+    except (OSError, ValueError) as err:
+        raise UsageError(
+            f"cannot resume {run_dir}: {path} cannot be read ({type(err).__name__}: {err}); it says how the run "
+            "ended (done, killed, stopped), and a resume without it could train past a kill: put back the run's own "
+            f"file (a backup, its --storage copy), or remove it (rm {path}) to resume from the newest checkpoint as "
+            "a run that ended without one; nothing was changed"
+        ) from None
     if isinstance(summary, dict) and summary.get("status") == status and isinstance(summary.get("step"), int):
         return summary
     return None

@@ -389,6 +389,15 @@ def test_a_killed_run_is_not_resumed_past_its_kill_unless_asked(tmp_path, capsys
     err = capsys.readouterr().err
     assert f"was killed by rule non_finite at update {killed_at}" in err and "--resume-checkpoint" in err
     assert snapshot(run_dir) == before
+    # its summary.json damaged: refused as unreadable, not passed over (which trained past the kill and rewrote it)
+    kept = (run_dir / "summary.json").read_bytes()
+    (run_dir / "summary.json").write_bytes(b"{not json")
+    damaged = snapshot(run_dir)
+    assert resume(run_dir, "--steps", "60") == 1
+    err = capsys.readouterr().err
+    assert "summary.json cannot be read (JSONDecodeError: " in err and "rm " in err and "Traceback" not in err, err
+    assert snapshot(run_dir) == damaged
+    (run_dir / "summary.json").write_bytes(kept)
     older = min(s for s, _ in list_checkpoints(run_dir))
     assert older < killed_at
     # on purpose: from the checkpoint before the kill, the run trains again and meets its (injected) fault again
