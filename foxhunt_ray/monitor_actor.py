@@ -18,7 +18,7 @@ from foxhunt_ray.storage import RunStorage, keep_checkpoints
 
 class MonitorDied(RuntimeError):
     """The monitor actor's process ended mid-run (kill -9, the OOM killer, a crash): the driver takes the run folder
-    over as it does for a silent monitor (foxhunt_ray.loops, _Drive.monitor_silent), so the run ends whole."""
+    over as it does for a silent monitor (foxhunt_ray.ray_loop, _Drive.monitor_silent), so the run ends whole."""
 
     def __init__(self, err: BaseException):
         super().__init__(
