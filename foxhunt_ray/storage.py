@@ -18,7 +18,8 @@ appended to the copy there, never a torn last line, where the filesystem appends
 from 5 MiB on); elsewhere it is rewritten whole like the other files. Only the driver's node touches ROOT.
 
 The run folder's lock (foxhunt_ray.run_folder) guards the local copy; the storage folder has a claim of its own
-(`OWNER_FILE`: the run token of the driver copying there, written at its first copy and read back before each
+(`OWNER_FILE`, read by foxhunt_ray.storage_claim: the run token of the driver copying there, written at its
+first copy and read back before each
 copy): a driver that finds another driver's token there does not copy (StorageClaimError, naming the holder and
 the fix). A resume takes the claim over from the run it continues, so the last driver to resume a URI holds it and
 the one it replaced stops copying at its next copy; but not while that run goes on (`check_resumable`: its run
@@ -34,7 +35,6 @@ from __future__ import annotations
 
 import atexit
 import datetime
-import fcntl
 import hashlib
 import json
 import os
@@ -48,9 +48,10 @@ from pathlib import Path, PurePosixPath
 
 from actors.checkpoints import CHECKPOINT_DIR, KEEP_CHECKPOINTS, Checkpoint, write_checkpoint
 from actors.diag_file import DIAG_FILE
-from actors.files import MAX_TEXT_BYTES, TMP_SUFFIX, read_bounded, write_atomic
+from actors.files import MAX_TEXT_BYTES, TMP_SUFFIX, write_atomic
 from actors.monitor import SUMMARY_FILE
 from foxhunt_ray.run_folder import CONFIG_FILE, LOCK_FILE, RunFolderError, RunLock, read_config_doc
+from foxhunt_ray.storage_claim import OWNER_FILE, claimant, json_doc, local_doc, lock_held, run_token
 from lobsim_env.validation import InputError
 
 RUN_DEPTH = 3
@@ -58,9 +59,6 @@ RUN_DEPTH = 3
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 PLUGINS = {"s3": "s3fs", "s3a": "s3fs", "gs": "gcsfs", "gcs": "gcsfs", "abfs": "adlfs", "az": "adlfs"}
 """fsspec's plugin package per protocol, named in the error when it is missing."""
-OWNER_FILE = "storage-owner.json"
-"""The storage folder's claim: {"token", "host", "pid", "since", "run_folder"} of the driver that copies there (and,
-in the run folder, the claim as this folder last saw it there). Not copied by `sync`: written by the claim."""
 APPENDED = (DIAG_FILE,)
 """Run files that only grow by whole lines (a resume may cut them back): their copy gets the new lines appended."""
 APPENDS = {"file": 0, "local": 0, "memory": 0, "s3": 5 * 2**20, "s3a": 5 * 2**20}
@@ -149,69 +147,6 @@ def _is_copied(rel: str) -> bool:
     return name not in (LOCK_FILE, OWNER_FILE) and not name.endswith(TMP_SUFFIX)
 
 
-def run_token(local: str | Path) -> str | None:
-    """The token of the driver that holds the run folder's lock now: its host, the folder, and run.lock as that
-    driver wrote it (pid, host, time; the file's inode and mtime), the same for every process of the run on the
-    driver's node and new at each driver's start. None when the folder has no lock (a reader's copy: evaluate's)."""
-    lock = Path(local) / LOCK_FILE
-    try:
-        st = lock.lstat()
-        text = read_bounded(lock, follow=False)
-    except FileNotFoundError:
-        return None
-    seed = f"{socket.gethostname()}\0{Path(local).resolve()}\0{st.st_ino}\0{st.st_mtime_ns}\0".encode() + text
-    return hashlib.sha256(seed).hexdigest()[:24]
-
-
-def _read_doc(raw: bytes | None) -> dict | None:
-    """A claim's JSON: None for no file, {} for one that cannot be read (it still claims the folder)."""
-    if raw is None:
-        return None
-    try:
-        doc = json.loads(raw)
-    except ValueError:
-        return {}
-    return doc if isinstance(doc, dict) else {}
-
-
-def _local_doc(path: Path) -> bytes | None:
-    """A local JSON file of the run folder (the lock's holder note, the claim as last seen), bounded and never
-    through a link: None when missing, b"" when it cannot be read (read as unreadable)."""
-    try:
-        return read_bounded(path, follow=False)
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError):
-        return b""
-
-
-def _who(there: dict) -> str:
-    """The claimant of a storage folder, in words."""
-    if not there.get("token"):
-        return "a driver whose claim cannot be read"
-    return (
-        f"pid {there.get('pid', '?')} on host {there.get('host', '?')} (since {there.get('since', '?')}), run "
-        f"folder {there.get('run_folder', '?')}"
-    )
-
-
-def _lock_held(folder: Path) -> bool:
-    """Whether a process holds folder/run.lock now (a shared flock is tried and dropped at once)."""
-    try:
-        fd = os.open(folder / LOCK_FILE, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    except OSError:
-        return False
-    finally:
-        os.close(fd)  # drops the shared lock, if taken
-    return False
-
-
 def stored_copy_uri(path: str | Path) -> str | None:
     """The file:// URI of a local folder that is a run's --storage copy (ROOT/<code_sha>/<name>/<fold> of a local
     ROOT), None for any other folder. A copy holds no run.lock (sync never copies it; the driver that writes a
@@ -224,7 +159,7 @@ def stored_copy_uri(path: str | Path) -> str | None:
     here = folder.resolve()
     if len(here.parts) <= RUN_DEPTH:
         return None
-    claim = _read_doc(_local_doc(folder / OWNER_FILE))
+    claim = json_doc(local_doc(folder / OWNER_FILE))
     elsewhere = bool(claim) and claim.get("run_folder") != str(here)
     try:
         root = ((read_config_doc(folder, missing_ok=True) or {}).get("driver") or {}).get("storage")
@@ -250,7 +185,7 @@ def take_stored_run(uri: str, out: str | Path) -> tuple[RunLock, Path, str, str]
     lock = RunLock.acquire(local)
     try:
         there = store._owner() or {}
-        seen = _read_doc(_local_doc(local / OWNER_FILE)) or {}
+        seen = json_doc(local_doc(local / OWNER_FILE)) or {}
         if there.get("token") and seen.get("token") == there["token"] and there.get("run_folder") == str(
             local.resolve()
         ):
@@ -448,7 +383,7 @@ class RunStorage:
         return len(data)
 
     def _owner(self) -> dict | None:
-        return _read_doc(self._small(OWNER_FILE))
+        return json_doc(self._small(OWNER_FILE))
 
     def _small(self, rel: str) -> bytes | None:
         """A small file of the storage folder (the claim, summary.json): None when it is missing; b"" (read as
@@ -471,7 +406,7 @@ class RunStorage:
             since = datetime.datetime.strptime(str(there.get("since")), "%Y-%m-%dT%H:%M:%S%z").timestamp()
         except ValueError:
             return False
-        summary = _read_doc(self._small(SUMMARY_FILE)) or {}
+        summary = json_doc(self._small(SUMMARY_FILE)) or {}
         ended = summary.get("status") in ("done", "killed", "stopped", "error")
         when = summary.get("time")
         return ended and isinstance(when, int | float) and when >= since + 1
@@ -488,9 +423,9 @@ class RunStorage:
             return
         folder = there.get("run_folder")
         here = there.get("token") and there.get("host") == socket.gethostname() and isinstance(folder, str)
-        if here and not _lock_held(Path(folder)):
+        if here and not lock_held(Path(folder)):
             return
-        who = _who(there)
+        who = claimant(there)
         if here:
             why = (
                 f"cannot resume {self.url}: it is the --storage copy of a run that is running now ({who}), whose "
@@ -522,10 +457,10 @@ class RunStorage:
         there = self._owner()
         if there is not None and there.get("token") == mine:
             return
-        seen = _read_doc(_local_doc(local / OWNER_FILE))
+        seen = json_doc(local_doc(local / OWNER_FILE))
         if there is not None and not (seen and there.get("token") and seen.get("token") == there.get("token")):
             raise self._claimed(there, local, held=bool(seen) and seen.get("token") == mine)
-        holder = _read_doc(_local_doc(local / LOCK_FILE)) or {}
+        holder = json_doc(local_doc(local / LOCK_FILE)) or {}
         doc = {
             "token": mine,
             "host": holder.get("host", socket.gethostname()),
@@ -547,7 +482,7 @@ class RunStorage:
         write_atomic(local / OWNER_FILE, text)
 
     def _claimed(self, there: dict, local: Path, *, held: bool) -> StorageClaimError:
-        who = _who(there)
+        who = claimant(there)
         if held:
             why = (
                 f"{self.url} was taken over by another driver, {who}, after this one started (a resume of this run "
