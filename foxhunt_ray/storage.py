@@ -18,17 +18,17 @@ appended to the copy there, never a torn last line, where the filesystem appends
 from 5 MiB on); elsewhere it is rewritten whole like the other files. Only the driver's node touches ROOT.
 
 The run folder's lock (foxhunt_ray.run_folder) guards the local copy; the storage folder has a claim of its own
-(`OWNER_FILE`, read by foxhunt_ray.storage_claim: the run token of the driver copying there, written at its
-first copy and read back before each
-copy): a driver that finds another driver's token there does not copy (StorageClaimError, naming the holder and
-the fix). A resume takes the claim over from the run it continues, so the last driver to resume a URI holds it and
-the one it replaced stops copying at its next copy; but not while that run goes on (`check_resumable`: its run
-folder's lock held on this host, or no summary.json written there since it claimed), and a local storage copy
-resumed by its path goes the same way (`stored_copy_uri`), never as a run folder of its own. No copy or fetch
-writes through a symbolic link planted at a temporary name. fsspec has no atomic create-if-absent on object
-stores, so the claim is a write and a read-back, not a lock: it keeps a second driver from copying over a run that
-another one writes (a fresh run under a taken name, a run resumed twice), but two drivers that claim one folder
-within the same moment can both pass the first check, and one copy of the loser's may land before it stops.
+(`OWNER_FILE`, read by foxhunt_ray.storage_claim: the run token of the driver copying there, written at its first
+copy and read back before each copy): a driver that finds another driver's token there does not copy
+(StorageClaimError, naming the holder and the fix). A resume takes the claim over from the run it continues, so the
+last driver to resume a URI holds it and the one it replaced stops copying at its next copy; but not while that run
+goes on (`check_resumable`: its run folder's lock held on this host, or no summary.json written there since it
+claimed), and a local storage copy resumed by its path goes the same way (`stored_copy_uri`), never as a run folder
+of its own. No copy or fetch writes through a symbolic link planted at a temporary name. fsspec has no atomic
+create-if-absent on object stores, so the claim is a write and a read-back, not a lock: it keeps a second driver
+from copying over a run that another one writes (a fresh run under a taken name, a run resumed twice), but two
+drivers that claim one folder within the same moment can both pass the first check, and one copy of the loser's may
+land before it stops.
 """
 
 from __future__ import annotations
