@@ -24,6 +24,7 @@ import argparse
 import json
 import os
 import sys
+import tempfile
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
@@ -85,10 +86,16 @@ def export_run(run_dir: str | Path, *, out: str | Path | None = None, checkpoint
         "code_sha": provenance.code_sha(),
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
     }
-    # each file whole or not at all: written beside, then renamed
-    part = folder / f".{POLICY_FILE}.{os.getpid()}.pt2"  # torch.export.save wants a name ending in .pt2
+    # each file whole or not at all: written beside, then renamed. The temporary file is made new under a random
+    # name (O_EXCL) and written through its descriptor, so a link planted at a name it might take is never written
+    # through (a predictable `.policy.pt2.<pid>.pt2` once was).
+    fd, name = tempfile.mkstemp(dir=folder, prefix=f".{POLICY_FILE}.", suffix=".pt2")
+    part = Path(name)
     try:
-        torch.export.save(program, part)
+        with os.fdopen(fd, "wb") as f:
+            torch.export.save(program, f)
+            f.flush()
+            os.fsync(f.fileno())
         part.replace(folder / POLICY_FILE)
     finally:
         part.unlink(missing_ok=True)

@@ -4,6 +4,7 @@ standardisation and a manifest of the market it expects; it plays the same actio
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -51,6 +52,13 @@ def test_the_exported_policy_plays_the_checkpoints_greedy_actions(run_dir, tmp_p
 def test_the_default_folder_and_a_broken_export_are_named(run_dir, tmp_path):
     folder = export_run(run_dir)
     assert folder == run_dir / "export" and json.loads((folder / MANIFEST_FILE).read_text())["format"]
+    # exported again over it, with a link planted at the temporary name a pid once made predictable: the link's
+    # target is never written, and the export leaves no temporary file
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    (folder / f".{POLICY_FILE}.{os.getpid()}.pt2").symlink_to(victim)
+    assert export_run(run_dir) == folder and victim.read_text() == "precious"
+    assert sorted(p.name for p in folder.iterdir() if not p.is_symlink()) == sorted([MANIFEST_FILE, POLICY_FILE])
     (tmp_path / MANIFEST_FILE).write_text(json.dumps({"format": "other/0"}))
     with pytest.raises(EvaluationError, match=r"format='other/0', expected 'foxhunt_ray.policy/1'; export it again"):
         load(tmp_path)
