@@ -108,10 +108,11 @@ def resume_point_of(
     this), or --resume-checkpoint's. UsageError for a run done or killed, or one that would train nothing."""
     diag_path = run_dir / DIAG_FILE
     last = max((r["step"] for r in step_records(read_diag(diag_path))), default=0) if diag_path.exists() else 0
-    done = _done_at(run_dir)
+    ended = _ended(run_dir)
+    done = ended["step"] if ended and ended["status"] == "done" else None
     if done is not None and done >= driver.steps and args.resume_checkpoint is None:
         raise _nothing_to_train(run_dir, f"is done at update {done} (summary.json)", done, args, driver, record.doc)
-    killed = _ended(run_dir, "killed")
+    killed = ended if ended and ended["status"] == "killed" else None
     if killed is not None and args.resume_checkpoint is None:
         raise UsageError(
             f"{run_dir} was killed by rule {killed.get('rule')} at update {killed['step']} (summary.json): a resume "
@@ -145,10 +146,10 @@ def _nothing_to_train(run_dir: Path, state: str, reached: int, args, driver: Dri
     )
 
 
-def _ended(run_dir: Path, status: str) -> dict | None:
-    """The run's summary.json when it ended with `status` ('done', 'killed') at a whole step; None otherwise (no
-    summary.json: a run that crashed, or never reached its first record). UsageError for one that cannot be read:
-    it is what says a run was killed, and a resume passing over it would train past the kill."""
+def _ended(run_dir: Path) -> dict | None:
+    """The run's summary.json when it ended 'done' or 'killed' at a whole step; None otherwise (no summary.json: a
+    run that crashed, or never reached its first record). UsageError for one that cannot be read: it is what says a
+    run was killed, and a resume passing over it would train past the kill."""
     path = run_dir / SUMMARY_FILE
     try:
         summary = json.loads(read_bounded(path, MAX_TEXT_BYTES))
@@ -161,12 +162,5 @@ def _ended(run_dir: Path, status: str) -> dict | None:
             f"file (a backup, its --storage copy), or remove it (rm {path}) to resume from the newest checkpoint as "
             "a run that ended without one; nothing was changed"
         ) from None
-    if isinstance(summary, dict) and summary.get("status") == status and isinstance(summary.get("step"), int):
-        return summary
-    return None
-
-
-def _done_at(run_dir: Path) -> int | None:
-    """The step a run ended 'done' at by its summary.json; None when it did not (or the file says nothing)."""
-    summary = _ended(run_dir, "done")
-    return summary["step"] if summary else None
+    ended = isinstance(summary, dict) and summary.get("status") in ("done", "killed")
+    return summary if ended and isinstance(summary.get("step"), int) else None
